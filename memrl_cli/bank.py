@@ -1,12 +1,12 @@
-"""`MemoryBank`: one SQLite file that is the whole truth of an agent's episodic memory.
+"""`MemoryBank`: the whole truth of an agent's episodic memory, in one SQLite file (or a PostgreSQL database).
 
 A memory is an (intent embedding, experience text, utility Q) triplet plus bookkeeping.
-The file holds the memories with their raw float32 vectors, a sqlite-vec index over them
-(rebuildable; optional at run time), a receipt for every retrieval, an append-only reward
-ledger of which Q is a replay, and meta (embedder fingerprint, similarity statistics).
+The bank holds the memories with their float32 vectors, a receipt for every retrieval, an
+append-only reward ledger of which Q is a replay, and meta (embedder fingerprint,
+similarity statistics); optionally an engine index over the vectors (sqlite-vec, HNSW).
 
-Every write is one `BEGIN IMMEDIATE` transaction, so parallel processes queue on the busy
-timeout and never lose an update, and a crash leaves the file at the last commit.
+Every write is one transaction, so parallel processes never lose an update, and a crash
+leaves the bank at the last commit. The engine-specific parts live in `memrl_cli.store`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,18 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from memrl_cli import schema, sqlite
 from memrl_cli.embed import LOCAL_SPEC, Embedder, check_fingerprint, fingerprint, get_embedder, normalise
-from memrl_cli.errors import BankBusyError, MemrlError
+from memrl_cli.errors import MemrlError
 from memrl_cli.learn import DEFAULT_ALPHA, check_reward, q_update
 from memrl_cli.retrieve import Candidate, RetrieveParams, phase_a, phase_b, similarity_stats
 from memrl_cli.scan import MatrixIndex
+from memrl_cli.store import Store, is_server_url, open_store
 
 OUTCOMES = ("success", "failure", "unknown")
 REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "alpha", "floor", "source", "allow_repeat"}
 MAX_TEXT_BYTES = 1_000_000
-INDEXES = ("auto", "vec", "numpy", "bit")
-PAGE_SIZE = 16_384  # a memory (~1.5 KB vector + text) fits several per page; at 4 KB each took a whole page
+INDEXES = ("auto", "numpy", "bit", "vec", "exact", "hnsw")
+IN_PROCESS = ("numpy", "bit")
 QUERY_CACHE_ROWS = 10_000  # embeddings of recent query texts kept in the bank (1.5 KB each at 384-d)
 RECALIBRATE_GROWTH = 0.1
 Progress = Callable[[int], None]
@@ -141,82 +140,77 @@ class Retrieval:
 
 
 class MemoryBank:
-    """The memory bank file. Open one per process (or per thread); it is cheap.
+    """The memory bank. Open one per process (or per thread); it is cheap.
 
+    `location` is a SQLite file path, or a `postgresql://` URL (see `memrl_cli.postgres`).
     `embedder` is an embedder spec (see `memrl_cli.embed`); by default the one the bank
-    was made with, or `local` for a new bank. `index` chooses Phase-A search: `auto`
-    (sqlite-vec when it loads, else a numpy scan), `vec`, `numpy` (an in-process
-    matrix, fastest for long-lived processes), or `bit` (the in-process matrix searched by
-    sign-bit Hamming distance, then exact float re-scoring of a shortlist: approximate,
-    fastest at large sizes; see `memrl_cli.scan`).
+    was made with, or `local` for a new bank. `index` chooses Phase-A search:
+
+    - SQLite: `auto` (the bank's sqlite-vec index if it has one, else `numpy`), `numpy` (an
+      in-process matrix, fastest for long-lived processes), `bit` (that matrix searched by
+      sign-bit Hamming distance, then exact float re-scoring of a shortlist: approximate,
+      fastest at large sizes; see `memrl_cli.scan`), or `vec` (sqlite-vec's KNN; builds the
+      bank's sqlite-vec index if it has none: a second copy of every vector).
+    - PostgreSQL: `auto` (the bank's HNSW index if it has one, else exact), `exact`
+      (pgvector scan), or `hnsw` (pgvector HNSW, approximate; built if missing).
 
     Values read on every retrieve (meta, count, the in-process matrix) are cached and
-    re-read only after a write: this connection's, or another's (`PRAGMA data_version`).
+    re-read only after a write: this connection's, or another's (SQLite's `PRAGMA
+    data_version`). A PostgreSQL bank reads them fresh every time.
     """
 
     def __init__(self, path: str | os.PathLike[str], embedder: str | None = None, *, index: str = "auto",
                  readonly: bool = False, create: bool = True) -> None:
-        self.path = os.fspath(path)
+        location = os.fspath(path)
         if index not in INDEXES:
             raise MemrlError(f"index must be one of {', '.join(INDEXES)}, got {index!r}")
         self.readonly = readonly
-        exists = os.path.exists(self.path)
-        if not exists and (readonly or not create):
-            raise MemrlError(f"no bank at {self.path} (create one with `memrl ingest`)")
-        if exists and os.path.isdir(self.path):
-            raise MemrlError(f"{self.path} is a directory, not a bank file")
-        if not exists:
-            parent = os.path.dirname(os.path.abspath(self.path))
-            if not os.path.isdir(parent):
-                raise MemrlError(f"cannot create a bank at {self.path}: the directory {parent} does not exist")
-        self.warnings: list[str] = []
+        self.store: Store = open_store(location, readonly=readonly, create=create)
+        self.path = self.store.location
+        self.conn = self.store.conn
+        self.warnings: list[str] = list(self.store.warnings)
+        if index not in self.store.indexes:
+            self.close()
+            raise MemrlError(f"index={index} is not available for a {self.store.kind} bank; "
+                             f"use one of {', '.join(self.store.indexes)}")
+        if index == "vec" and not self.vec.loaded:
+            self.close()
+            raise MemrlError(f"index=vec needs sqlite-vec, which is unavailable: {self.vec.reason}")
         self._depth = 0
         self._writes = 0  # transactions this object ended: part of the cache version
         self._cache: dict[str, Any] = {}
-        self._cache_version: tuple[int, ...] = ()
+        self._cache_version: tuple[int, ...] | None = None
         self._scan = MatrixIndex(bits=index == "bit")
-        self._scan_version: tuple[int, ...] = ()
-        try:
-            self.conn = sqlite.connect(self.path, readonly=readonly)
-            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            self.warnings += schema.check_trusted(self.conn)
-            if not readonly:
-                if not exists:  # only a new file can choose its page size (before WAL and the first table)
-                    self.conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-                if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                    self.conn.execute("PRAGMA journal_mode = WAL")
-                self.conn.execute("PRAGMA synchronous = NORMAL")
-                schema.migrate(self.conn)
-            elif int(self.conn.execute("PRAGMA user_version").fetchone()[0]) != schema.LATEST:
-                raise MemrlError(f"{self.path} is not a memrl bank at schema {schema.LATEST}; open it writable to migrate")
-            schema.check_meta(self.conn)
-        except sqlite.DatabaseError as exc:
-            raise self._db_error(exc) from None
-        self.vec = sqlite.load_vec(self.conn)
+        self._scan_version: tuple[int, ...] | None = None
         self._index_mode = index
-        if index == "vec" and not self.vec.loaded:
-            raise MemrlError(f"index=vec needs sqlite-vec, which is unavailable: {self.vec.reason}")
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
         recorded = self.meta("embedder")
         if recorded and embedder and recorded["spec"] != embedder:
+            self.close()
             raise MemrlError(f"this bank was made with embedder {recorded['spec']!r}, not {embedder!r}; "
                              "omit --embedder to use the bank's own, or re-import into a new bank")
-        dim = self.dim
-        if self.vec.loaded and dim is not None and self._index_ok() and not schema.index_matches(self.conn, dim):
-            self.warnings.append("ignoring the sqlite-vec index: it is not defined as memrl defines it"
-                                 + ("" if readonly else "; rebuilt it from the stored vectors"))
-            self._index_mode = "numpy" if readonly else index
-            if not readonly:
-                self.rebuild_index()
-        elif not readonly and self.vec.loaded and (self.meta("index") or {}).get("state") == "stale":
-            self.rebuild_index()
+        if index in ("vec", "hnsw") and recorded and not self._engine_index_wanted(index):
+            if readonly:
+                self.close()
+                raise MemrlError(f"this bank has no {index} index; open it writable to build one")
+            self.set_index(index)
+
+    @property
+    def vec(self) -> Any:
+        """sqlite-vec's status on a SQLite bank (`loaded`, `reason`)."""
+        return getattr(self.store, "vec", None)
+
+    @property
+    def is_server(self) -> bool:
+        """Whether the bank lives on a PostgreSQL server."""
+        return is_server_url(self.store.location)
 
     # -- plumbing ---------------------------------------------------------------
 
     def close(self) -> None:
         """Close the connection."""
-        self.conn.close()
+        self.store.close()
 
     def __enter__(self) -> MemoryBank:
         return self
@@ -224,31 +218,9 @@ class MemoryBank:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _db_error(self, exc: Exception) -> MemrlError:
-        message = str(exc)
-        if "locked" in message or "busy" in message:
-            return BankBusyError(f"the bank {self.path} stayed locked by another writer for "
-                                 f"{sqlite.BUSY_TIMEOUT_MS // 1000} s; try again")
-        if "readonly" in message or "read-only" in message:
-            return MemrlError(f"cannot write to {self.path}: the file or its directory is read-only")
-        if "disk is full" in message or "disk I/O" in message:
-            free = shutil.disk_usage(os.path.dirname(os.path.abspath(self.path))).free
-            hint = f" (only {free // 1024} KB free: is the disk full?)" if free < 64 * 1024 * 1024 else ""
-            return MemrlError(f"cannot write to {self.path}: {message}{hint}; nothing was changed")
-        if "not a database" in message or "malformed" in message:
-            return MemrlError(f"{self.path} is not a valid memrl bank ({message}); "
-                              "restore it from a `memrl backup` copy")
-        if "unable to open" in message:
-            folder = os.path.dirname(os.path.abspath(self.path))
-            if os.path.exists(self.path) and not os.access(folder, os.W_OK):
-                return MemrlError(f"cannot open {self.path}: its directory is read-only, and SQLite needs to "
-                                  "create the bank's -wal and -shm files next to it")
-            return MemrlError(f"cannot open {self.path}: {message}")
-        return MemrlError(f"database error on {self.path}: {message}")
-
     @contextmanager
     def transaction(self) -> Iterator[Any]:
-        """One atomic write: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error.
+        """One atomic write (SQLite: `BEGIN IMMEDIATE` … `COMMIT`), rolled back on any error.
 
         Nested calls join the outer transaction, so a caller can make several bank
         operations (rewards, new memories, run records) one atomic step.
@@ -263,18 +235,18 @@ class MemoryBank:
                 self._depth -= 1
             return
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite.OperationalError as exc:
-            raise self._db_error(exc) from None
+            self.store.begin()
+        except self.store.errors as exc:
+            raise self.store.error(exc) from None
         self._depth = 1
         try:
             yield self.conn
             self._depth = 0
-            self.conn.execute("COMMIT")
-        except sqlite.Error as exc:
+            self.store.commit()
+        except self.store.errors as exc:
             self._depth = 0
             self._rollback()
-            raise self._db_error(exc) from None
+            raise self.store.error(exc) from None
         except BaseException:
             self._depth = 0
             self._rollback()
@@ -283,18 +255,24 @@ class MemoryBank:
             self._writes += 1
 
     def _rollback(self) -> None:
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        try:
+            self.store.rollback()
+        except self.store.errors:  # the connection itself is gone: the server rolled back
+            pass
 
-    def _version(self) -> tuple[int, ...]:
-        """Changes since the caches were filled: commits by other connections, writes by this one."""
-        return (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes, self._writes)
+    def _version(self) -> tuple[int, ...] | None:
+        """Changes since the caches were filled (commits by other connections, writes by this one);
+        None when the engine cannot tell."""
+        version = self.store.version()
+        return None if version is None else (*version, self._writes)
 
     def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()`, cached until the bank changes (always fresh inside a write transaction)."""
         if self._depth:
             return compute()
         version = self._version()
+        if version is None:
+            return compute()
         if version != self._cache_version:
             self._cache.clear()
             self._cache_version = version
@@ -304,12 +282,10 @@ class MemoryBank:
 
     def meta(self, key: str) -> Any:
         """A value from the meta table (JSON-decoded), or None."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return self.store.meta(key)
 
     def _set_meta(self, key: str, value: Any) -> None:
-        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
-                          "value = excluded.value", (key, json.dumps(value)))
+        self.store.set_meta(key, value)
 
     def count(self) -> int:
         """Number of memories."""
@@ -344,7 +320,7 @@ class MemoryBank:
             return int(recorded["dim"])
         embedder = self.embedder
         self._set_meta("embedder", fingerprint(embedder))
-        self._create_index(embedder.dim)
+        self.store.prepare_vectors(embedder.dim)
         return embedder.dim
 
     def _vectors_for(self, texts: list[str], given: list[list[float] | None], progress: Progress | None) -> np.ndarray:
@@ -372,27 +348,33 @@ class MemoryBank:
 
     # -- the vector index ---------------------------------------------------------
 
-    def _create_index(self, dim: int) -> None:
-        if self.vec.loaded:
-            self.conn.execute(schema.index_ddl(dim).replace("TABLE", "TABLE IF NOT EXISTS", 1))
-            self._set_meta("index", {"state": "ok", "dim": dim})
-        else:
-            self._set_meta("index", {"state": "stale", "dim": dim})
+    def _engine_index_wanted(self, kind: str) -> bool:
+        """Whether the bank already has the engine index of this kind (sqlite-vec, HNSW)."""
+        info = self.store.index_info()
+        return info["kind"] == kind and (kind != "vec" or info.get("state") == "ok")
 
-    def _index_ok(self) -> bool:
-        return self.vec.loaded and self._cached("index_ok", lambda: (self.meta("index") or {}).get("state") == "ok")
+    def set_index(self, kind: str) -> dict[str, Any]:
+        """Build (or rebuild) the engine's optional index, or drop it with `none`; return its description.
+
+        SQLite: `vec` keeps a sqlite-vec copy of every vector (faster one-shot retrieval on large
+        banks, twice the file size). PostgreSQL: `hnsw` (approximate; `exact` drops it).
+        """
+        if kind not in ("vec", "hnsw", "none", "exact"):
+            raise MemrlError(f"index must be vec or none (SQLite), hnsw or exact (PostgreSQL), got {kind!r}")
+        with self.transaction():
+            if kind in ("none", "exact"):
+                self.store.drop_index()
+            elif self.dim is not None:
+                self.store.build_index(kind, self.dim)
+            else:
+                raise MemrlError("the bank is empty: ingest a memory first, then build the index")
+        return self.store.index_info()
 
     def rebuild_index(self) -> int:
-        """Rebuild the sqlite-vec index from the raw vectors; return the number indexed."""
-        if not self.vec.loaded:
-            raise MemrlError(f"cannot rebuild the index: {self.vec.reason}")
-        dim = self.dim
-        if dim is None:
-            return 0
-        with self.transaction() as conn:
-            conn.execute("DROP TABLE IF EXISTS memory_index")
-            self._create_index(dim)
-            conn.execute("INSERT INTO memory_index (memory_id, embedding) SELECT id, embedding FROM memories")
+        """Rebuild the SQLite bank's sqlite-vec index from the stored vectors; return the number indexed."""
+        if self.store.kind != "sqlite" or self.store.index_info()["kind"] != "vec":
+            raise MemrlError("this bank has no sqlite-vec index to rebuild (build one with `memrl doctor --index vec`)")
+        self.set_index("vec")
         return self.count()
 
     def _load_matrix(self) -> MatrixIndex:
@@ -408,28 +390,22 @@ class MemoryBank:
                                  (scan.last_id,)).fetchall()
         if rows:
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            scan.extend(ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1))
+            scan.extend(ids, self.store.decode([r[1] for r in rows]))
         if not self._depth:
             self._scan_version = version
         return scan
 
-    def vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, unit vectors) of every memory, as float32 (views into the in-process index)."""
-        scan = self._load_matrix()
-        return scan.ids, scan.matrix
-
     def search(self, vector: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first."""
-        use_vec = self._index_mode == "vec" or (self._index_mode == "auto" and self._index_ok())
-        if use_vec:
-            rows = self.conn.execute("SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?",
-                                     (vector.astype(np.float32).tobytes(), k1)).fetchall()
-            ids = np.array([r[0] for r in rows], dtype=np.int64)
-            sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
+        mode = self._index_mode
+        if mode not in IN_PROCESS and (mode != "auto" or self.store.index_ready()):
+            ids, sims = self.store.knn(vector, k1, mode)
             return phase_a(sims, ids, k1, threshold)
-        if self._index_mode == "auto" and not self.vec.loaded and "numpy-scan" not in self.warnings:
+        if mode == "auto" and self.vec is not None and not self.vec.loaded and "numpy-scan" not in self.warnings \
+                and self.store.index_info()["kind"] == "vec":
             self.warnings.append("numpy-scan")
-            print(f"memrl: warning: retrieving by numpy scan: {self.vec.reason}", file=sys.stderr)
+            print(f"memrl: warning: the bank's sqlite-vec index is unusable, retrieving by numpy scan: "
+                  f"{self.vec.reason}", file=sys.stderr)
         return self._load_matrix().search(vector, k1, threshold)
 
     # -- similarity statistics for z(sim) ----------------------------------------
@@ -470,10 +446,11 @@ class MemoryBank:
         if len(ids) < 2:
             return
         rng = np.random.default_rng(n)  # deterministic, so a resumed run calibrates as an uninterrupted one
-        chosen = np.sort(rng.choice(ids, size=min(len(ids), 2000), replace=False))
-        sample = [self.conn.execute("SELECT embedding FROM memories WHERE id = ?", (int(i),)).fetchone()
-                  for i in chosen]
-        vectors = np.frombuffer(b"".join(r[0] for r in sample), dtype=np.float32).reshape(len(sample), -1)
+        chosen = np.sort(rng.choice(ids, size=min(len(ids), 2000), replace=False)).tolist()
+        sample = [row[0] for start in range(0, len(chosen), 500) for row in self.conn.execute(
+            f"SELECT embedding FROM memories WHERE id IN ({','.join('?' * len(chosen[start:start + 500]))}) "
+            "ORDER BY id", chosen[start:start + 500])]
+        vectors = self.store.decode(sample)
         mean, std, pairs = similarity_stats(vectors, rng)
         self._set_meta("sim_stats", {"mean": mean, "std": std, "memories": n, "pairs": pairs,
                                      "method": "cosine between stored intents", "updated_at": now()})
@@ -499,9 +476,9 @@ class MemoryBank:
         stamp = now()
         results: list[IngestResult] = []
         with self.transaction() as conn:
-            index = self._begin_insert(vectors)
+            self._begin_insert(vectors)
             for item, vector in zip(items, vectors):
-                new_id = self._insert_memory(item, vector, index, stamp)
+                new_id = self._insert_memory(item, vector, stamp)
                 if new_id is None:
                     existing = conn.execute("SELECT id FROM memories WHERE content_hash = ?",
                                             (content_hash(item.intent, item.experience),)).fetchone()
@@ -511,39 +488,35 @@ class MemoryBank:
             self._end_insert()
         return results
 
-    def _begin_insert(self, vectors: np.ndarray) -> bool:
-        """Inside a write: record the embedder, check the vectors' dimension; return whether to index them."""
+    def _begin_insert(self, vectors: np.ndarray) -> None:
+        """Inside a write: record the embedder and check the vectors' dimension."""
         dim = self._record_embedder()
         if len(vectors) and vectors.shape[1] != dim:
             raise MemrlError(f"vectors have dimension {vectors.shape[1]}, this bank's is {dim}")
-        return self._index_ok()
 
-    def _insert_memory(self, item: MemoryInput, vector: np.ndarray, index: bool, stamp: str,
+    def _insert_memory(self, item: MemoryInput, vector: np.ndarray, stamp: str,
                        stored: dict[str, Any] | None = None) -> int | None:
-        """Insert one memory (and its index row); None if its content is already stored.
+        """Insert one memory (and its engine index row); None if its content is already stored.
 
         `stored` carries an imported memory's state: q_init, visits and timestamps.
         """
         stored = stored or {}
-        cursor = self.conn.execute(
+        encoded = self.store.encode(vector)
+        new_id = self.store.insert(
             "INSERT INTO memories (intent, experience, outcome, task_id, source, q, q_init, visits, created_at, "
             "updated_at, last_used_at, metadata, content_hash, embedding) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (content_hash) DO NOTHING",
             (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
              stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
              stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
-             content_hash(item.intent, item.experience), vector.tobytes()))
-        if cursor.rowcount != 1:
-            return None
-        if index:
-            self.conn.execute("INSERT INTO memory_index (memory_id, embedding) VALUES (?, ?)",
-                              (cursor.lastrowid, vector.tobytes()))
-        return int(cursor.lastrowid)
+             content_hash(item.intent, item.experience), encoded))
+        if new_id is not None:
+            self.store.add_to_index(new_id, encoded)
+        return new_id
 
     def _end_insert(self) -> None:
-        """Inside a write: mark the sqlite-vec index stale if it could not be kept; refresh calibration."""
-        if not self._index_ok() and self.dim is not None:
-            self._set_meta("index", {"state": "stale", "dim": self.dim})
+        """Inside a write that added memories: let the engine note its index state; refresh calibration."""
+        self.store.after_insert()
         self._recalibrate(force=False)
 
     # -- retrieve -----------------------------------------------------------------
@@ -569,7 +542,7 @@ class MemoryBank:
         key = hashlib.sha256(f"{spec}\x00{query}".encode()).hexdigest()
         row = self.conn.execute("SELECT vector FROM query_cache WHERE key = ?", (key,)).fetchone()
         if row is not None:
-            return np.frombuffer(row[0], dtype=np.float32), None
+            return np.frombuffer(bytes(row[0]), dtype=np.float32), None
         return self.embedder.embed([query])[0], key
 
     def retrieve(self, query: str, params: RetrieveParams | None = None, *, vector: list[float] | None = None,
@@ -611,20 +584,20 @@ class MemoryBank:
         stamp = now()
         with self.transaction() as conn:
             if cache is not None:
-                conn.execute("INSERT OR REPLACE INTO query_cache (key, vector, created_at) VALUES (?, ?, ?)",
+                conn.execute("INSERT INTO query_cache (key, vector, created_at) VALUES (?, ?, ?) ON CONFLICT (key) "
+                             "DO UPDATE SET created_at = excluded.created_at",
                              (cache[0], cache[1].astype(np.float32).tobytes(), stamp))
-                conn.execute("DELETE FROM query_cache WHERE rowid <= (SELECT max(rowid) FROM query_cache) - ?",
-                             (QUERY_CACHE_ROWS,))
-            cursor = conn.execute("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at) "
-                                  "VALUES (?,?,?,?,?,?)", (query, json.dumps(params.to_dict()), sim_stats[0],
-                                                           sim_stats[1], int(explored), stamp))
-            rid = int(cursor.lastrowid)
+                self.store.trim_query_cache(QUERY_CACHE_ROWS)
+            rid = self.store.insert("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at) "
+                                    "VALUES (?,?,?,?,?,?)", (query, json.dumps(params.to_dict()), sim_stats[0],
+                                                             sim_stats[1], int(explored), stamp))
+            assert rid is not None
             conn.executemany("INSERT INTO retrieval_candidates (retrieval_id, memory_id, recall_rank, similarity, q, "
                              "z_sim, z_q, score, selected_rank) VALUES (?,?,?,?,?,?,?,?,?)",
                              [(rid, c.memory_id, rank, c.similarity, c.q, c.z_sim, c.z_q, c.score, c.selected_rank)
                               for rank, c in enumerate(candidates)])
-            conn.executemany("UPDATE memories SET last_used_at = ? WHERE id = ?",
-                             [(stamp, c.memory_id) for c in selected])
+            conn.executemany("UPDATE memories SET last_used_at = ? WHERE id = ?",  # in id order, as rewards lock
+                             [(stamp, mid) for mid in sorted(c.memory_id for c in selected)])
         return rid
 
     # -- reward -------------------------------------------------------------------
@@ -646,7 +619,11 @@ class MemoryBank:
         updates: list[dict[str, Any]] = []
         stamp = now()
         with self.transaction() as conn:
+            # Lock what this write reads and then changes, in id order (no deadlock between writers):
+            # the receipts first (one reward per receipt), then the memories whose Q moves.
+            self._lock("retrievals", {c[0] for c in checked if c[0] is not None})
             rewarded: set[int] = set()
+            resolved = []
             for rid, ids, r, a, f, source, repeat in checked:
                 if rid is not None:
                     if conn.execute("SELECT 1 FROM retrievals WHERE id = ?", (rid,)).fetchone() is None:
@@ -658,6 +635,9 @@ class MemoryBank:
                     ids = [row[0] for row in conn.execute(
                         "SELECT memory_id FROM retrieval_candidates WHERE retrieval_id = ? AND selected_rank IS NOT "
                         "NULL ORDER BY selected_rank", (rid,))]
+                resolved.append((rid, ids, r, a, f, source))
+            self._lock("memories", {mid for entry in resolved for mid in entry[1]})
+            for rid, ids, r, a, f, source in resolved:
                 for mid in ids:
                     row = conn.execute("SELECT q FROM memories WHERE id = ?", (mid,)).fetchone()
                     if row is None:
@@ -671,6 +651,17 @@ class MemoryBank:
                                  (rid, mid, "reward", r, a, f, q_before, q_after, stamp, source))
                     updates.append({"id": mid, "q_before": q_before, "q_after": q_after})
         return updates
+
+    def _lock(self, table: str, ids: set[int]) -> None:
+        """Inside a write: lock rows this transaction reads and then changes, in id order (a no-op on
+        SQLite, whose writers are already serialised)."""
+        if not self.store.lock or not ids:
+            return
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 1000):
+            chunk = ordered[start:start + 1000]
+            self.conn.execute(f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
+                              f"{self.store.lock}", chunk).fetchall()
 
     @staticmethod
     def _check_reward_request(request: dict[str, Any], i: int) -> tuple:
@@ -703,7 +694,7 @@ class MemoryBank:
         if not math.isfinite(q):
             raise MemrlError("q must be a finite number")
         with self.transaction() as conn:
-            row = conn.execute("SELECT q FROM memories WHERE id = ?", (memory_id,)).fetchone()
+            row = conn.execute(f"SELECT q FROM memories WHERE id = ?{self.store.lock}", (memory_id,)).fetchone()
             if row is None:
                 raise MemrlError(f"unknown memory id {memory_id}")
             stamp = now()

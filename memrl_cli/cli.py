@@ -33,7 +33,8 @@ def default_db() -> str:
 
 
 DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
-                  help="Bank file [env MEMRL_DB; default ~/.local/share/memrl/memrl.db].")
+                  help="Bank: a SQLite file, or a postgresql:// URL [env MEMRL_DB; default "
+                       "~/.local/share/memrl/memrl.db].")
 JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
 
 
@@ -393,18 +394,20 @@ def backup(
 @app.command()
 def doctor(
     rebuild_index: bool = typer.Option(False, "--rebuild-index", help="Rebuild the sqlite-vec index from raw vectors."),
+    index: Optional[str] = typer.Option(None, "--index", help="Build or drop the engine index: vec or none (SQLite), "
+                                                               "hnsw or exact (PostgreSQL)."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
-    """Report the SQLite driver, sqlite-vec, the embedder and the bank's health."""
+    """Report the engine (SQLite driver and sqlite-vec, or the PostgreSQL server) and the bank's health."""
     with command(as_json):
-        from memrl_cli import inspection, sqlite
+        from memrl_cli import inspection
 
         bank = open_bank(db, create=False)
-        report: dict[str, Any] = {"driver": sqlite.driver.__name__,
-                                  "sqlite_version": bank.conn.execute("select sqlite_version()").fetchone()[0],
-                                  "sqlite_vec": bank.vec.loaded, "sqlite_vec_problem": bank.vec.reason or None}
+        report: dict[str, Any] = bank.store.describe()
         if rebuild_index:
             report["reindexed"] = bank.rebuild_index()
+        if index is not None:
+            report["index"] = bank.set_index(index)
         report.update(inspection.verify(bank))
         emit(report, as_json, lambda d: print(json.dumps(d, indent=2)))
         if not report["ok"]:

@@ -79,8 +79,9 @@ def stats(bank: MemoryBank) -> dict[str, Any]:
         "embedder": {k: embedder[k] for k in ("spec", "dim", "normalized")} if embedder else None,
         "calibration": {"mean": mean, "std": std, "stats": bank.meta("sim_stats"),
                         "override": bank.meta("sim_stats_override")},
-        "index": {"sqlite_vec": bank.vec.loaded, "reason": bank.vec.reason or None, **(bank.meta("index") or {})},
-        "schema_version": int(bank.conn.execute("PRAGMA user_version").fetchone()[0]),
+        "engine": bank.store.kind,
+        "index": bank.store.index_info(),
+        "schema_version": bank.store.schema_version(),
     }
 
 
@@ -111,18 +112,19 @@ def explain(bank: MemoryBank, retrieval_id: int) -> dict[str, Any]:
 
 
 def verify(bank: MemoryBank) -> dict[str, Any]:
-    """Check the whole file: SQLite integrity, a vector per memory, index coverage, Q = ledger replay."""
+    """Check the whole bank: engine integrity, a vector per memory, index coverage, Q = ledger replay."""
     problems: list[str] = []
-    integrity = [r[0] for r in bank.conn.execute("PRAGMA integrity_check")]
+    integrity = bank.store.integrity()
     if integrity != ["ok"]:
         problems += [f"integrity: {line}" for line in integrity[:10]]
     dim = bank.dim
     if dim is not None:
-        bad = bank.conn.execute("SELECT count(*) FROM memories WHERE length(embedding) != ?", (4 * dim,)).fetchone()[0]
+        bad = bank.store.bad_vectors(dim)
         if bad:
             problems.append(f"{bad} memories have no vector of dimension {dim}")
-    if bank._index_ok():
-        indexed = bank.conn.execute("SELECT count(*) FROM memory_index").fetchone()[0]
+    index = bank.store.index_info()
+    if index["kind"] == "vec" and index.get("indexed") is not None:
+        indexed = index["indexed"]
         if indexed != bank.count():
             problems.append(f"the sqlite-vec index has {indexed} vectors for {bank.count()} memories "
                             "(run `memrl doctor --rebuild-index`)")

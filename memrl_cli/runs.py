@@ -64,7 +64,8 @@ def record_batch(bank: MemoryBank, run_id: str, phase: str, split: str, epoch: i
         conn.executemany(
             f"INSERT INTO episodes (run_id, {', '.join(EPISODE_FIELDS)}, created_at) "
             f"VALUES (?, {', '.join('?' * len(EPISODE_FIELDS))}, ?)",
-            [(run_id, *[json.dumps(e[f]) if f in ("memory_ids", "usage") else e[f] for f in EPISODE_FIELDS], stamp)
+            [(run_id, *[json.dumps(e[f]) if f in ("memory_ids", "usage") else
+                        int(e[f]) if isinstance(e[f], bool) else e[f] for f in EPISODE_FIELDS], stamp)
              for e in episodes])
         conn.execute("INSERT INTO run_batches (run_id, phase, split, epoch, batch, completed_at) VALUES (?,?,?,?,?,?)",
                      (run_id, phase, split, epoch, batch, stamp))

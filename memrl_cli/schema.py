@@ -279,7 +279,7 @@ def _meta_problem(key: str, raw: Any) -> str | None:
         if probe is not None and not (isinstance(probe, list) and len(probe) == dim and all(map(_finite, probe))):
             return "has a probe vector that does not fit its dimension"
     elif key == "index":
-        if value.get("state") not in ("ok", "stale"):
+        if value.get("state") not in ("ok", "stale") and value.get("kind") != "hnsw":
             return "has an unknown index state"
     elif not (_finite(value.get("mean")) and _finite(value.get("std")) and value["std"] > 0):
         return "has no finite mean and positive std"

@@ -1,4 +1,4 @@
-"""Opening the bank file: the SQLite driver, the sqlite-vec extension, and connection settings.
+"""The SQLite store: the driver, the sqlite-vec extension, connection settings, and `SqliteStore`.
 
 The system Python on many machines (pyenv builds, macOS) cannot load SQLite extensions.
 We use `pysqlite3` (from `pysqlite3-binary`) when it is installed, else the standard
@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+import numpy as np
+
+from memrl_cli.errors import BankBusyError, MemrlError
+from memrl_cli.store import Store
 
 try:  # pysqlite3-binary: a modern SQLite that can load extensions on Linux x86_64
     from pysqlite3 import dbapi2 as sqlite3  # type: ignore[import-not-found]
@@ -88,3 +94,187 @@ def connect(path: str, *, readonly: bool = False) -> Any:
     conn.execute("PRAGMA trusted_schema = OFF")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+PAGE_SIZE = 16_384  # a memory (~1.5 KB vector + text) fits several per page; at 4 KB each took a whole page
+
+
+class SqliteStore(Store):
+    """A bank in one SQLite file: WAL, `BEGIN IMMEDIATE` writes, raw float32 vectors in `memories`,
+    and an optional sqlite-vec index (`memory_index`, a second copy of every vector)."""
+
+    kind = "sqlite"
+    indexes = ("auto", "numpy", "bit", "vec")
+    errors = (Error,)
+
+    def __init__(self, path: str, *, readonly: bool = False, create: bool = True) -> None:
+        from memrl_cli import schema
+
+        self.location = self.path = path
+        self.readonly = readonly
+        exists = os.path.exists(path)
+        if not exists and (readonly or not create):
+            raise MemrlError(f"no bank at {path} (create one with `memrl ingest`)")
+        if exists and os.path.isdir(path):
+            raise MemrlError(f"{path} is a directory, not a bank file")
+        if not exists:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise MemrlError(f"cannot create a bank at {path}: the directory {parent} does not exist")
+        self.warnings: list[str] = []
+        try:
+            self.conn = connect(path, readonly=readonly)
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            self.warnings += schema.check_trusted(self.conn)
+            if not readonly:
+                if not exists:  # only a new file can choose its page size (before WAL and the first table)
+                    self.conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+                if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                self.conn.execute("PRAGMA synchronous = NORMAL")
+                schema.migrate(self.conn)
+            elif self.schema_version() != schema.LATEST:
+                raise MemrlError(f"{path} is not a memrl bank at schema {schema.LATEST}; open it writable to migrate")
+            schema.check_meta(self.conn)
+        except DatabaseError as exc:
+            raise self.error(exc) from None
+        self.vec = load_vec(self.conn)
+        self._index_ignored = False
+        self._check_index()
+
+    def _check_index(self) -> None:
+        """Rebuild (or, read-only, ignore) a vec0 index that is altered or stale; forget a stale mark
+        without an index (banks from before the index was optional)."""
+        from memrl_cli import schema
+
+        state, dim = self._index_state(), (self.meta("embedder") or {}).get("dim")
+        if state is None or dim is None:
+            return
+        exists = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_index'").fetchone() is not None
+        if not exists and not self.readonly:
+            with self._write():
+                self.conn.execute("DELETE FROM meta WHERE key = 'index'")
+            return
+        if not self.vec.loaded:
+            return
+        altered = exists and not schema.index_matches(self.conn, int(dim))
+        if altered:
+            self.warnings.append("ignoring the sqlite-vec index: it is not defined as memrl defines it"
+                                 + ("" if self.readonly else "; rebuilt it from the stored vectors"))
+        if self.readonly:
+            self._index_ignored = altered
+        elif altered or state == "stale":
+            with self._write():
+                self.build_index("vec", int(dim))
+
+    def begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def version(self) -> tuple[int, ...]:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
+
+    def error(self, exc: BaseException) -> MemrlError:
+        message, path = str(exc), self.path
+        if "locked" in message or "busy" in message:
+            return BankBusyError(f"the bank {path} stayed locked by another writer for "
+                                 f"{BUSY_TIMEOUT_MS // 1000} s; try again")
+        if "readonly" in message or "read-only" in message:
+            return MemrlError(f"cannot write to {path}: the file or its directory is read-only")
+        if "disk is full" in message or "disk I/O" in message:
+            free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+            hint = f" (only {free // 1024} KB free: is the disk full?)" if free < 64 * 1024 * 1024 else ""
+            return MemrlError(f"cannot write to {path}: {message}{hint}; nothing was changed")
+        if "not a database" in message or "malformed" in message:
+            return MemrlError(f"{path} is not a valid memrl bank ({message}); restore it from a `memrl backup` copy")
+        if "unable to open" in message:
+            folder = os.path.dirname(os.path.abspath(path))
+            if os.path.exists(path) and not os.access(folder, os.W_OK):
+                return MemrlError(f"cannot open {path}: its directory is read-only, and SQLite needs to "
+                                  "create the bank's -wal and -shm files next to it")
+            return MemrlError(f"cannot open {path}: {message}")
+        return MemrlError(f"database error on {path}: {message}")
+
+    def trim_query_cache(self, keep: int) -> None:
+        self.conn.execute("DELETE FROM query_cache WHERE rowid <= (SELECT max(rowid) FROM query_cache) - ?", (keep,))
+
+    def encode(self, vector: np.ndarray) -> bytes:
+        return vector.astype(np.float32, copy=False).tobytes()
+
+    def decode(self, values: list[Any]) -> np.ndarray:
+        return np.frombuffer(b"".join(values), dtype=np.float32).reshape(len(values), -1)
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def integrity(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
+
+    def bad_vectors(self, dim: int) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM memories WHERE length(embedding) != ?",
+                                     (4 * dim,)).fetchone()[0])
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "sqlite", "driver": driver.__name__,
+                "sqlite_version": self.conn.execute("SELECT sqlite_version()").fetchone()[0],
+                "sqlite_vec": self.vec.loaded, "sqlite_vec_problem": self.vec.reason or None}
+
+    # -- the optional sqlite-vec index: meta `index` is absent (none), "ok", or "stale" ------------
+
+    def _index_state(self) -> str | None:
+        return (self.meta("index") or {}).get("state")
+
+    def index_info(self) -> dict[str, Any]:
+        state = self._index_state()
+        info: dict[str, Any] = {"kind": "vec" if state else "none", "sqlite_vec": self.vec.loaded,
+                                "reason": self.vec.reason or None}
+        if state:
+            info["state"] = state
+            if state == "ok":
+                info["indexed"] = self.indexed() if self.vec.loaded else None
+        return info
+
+    def indexed(self) -> int:
+        """Vectors in the sqlite-vec index."""
+        return int(self.conn.execute("SELECT count(*) FROM memory_index").fetchone()[0])
+
+    def index_ready(self) -> bool:
+        return self.vec.loaded and not self._index_ignored and self._index_state() == "ok"
+
+    def add_to_index(self, memory_id: int, encoded: Any) -> None:
+        if self.index_ready():
+            self.conn.execute("INSERT INTO memory_index (memory_id, embedding) VALUES (?, ?)", (memory_id, encoded))
+
+    def after_insert(self) -> None:
+        state = self._index_state()
+        if state == "ok" and not self.index_ready():
+            self.set_meta("index", {**(self.meta("index") or {}), "state": "stale"})
+
+    def build_index(self, kind: str, dim: int) -> None:
+        from memrl_cli import schema
+
+        if kind != "vec":
+            raise MemrlError(f"a SQLite bank has no {kind!r} index; use vec (sqlite-vec) or none")
+        if not self.vec.loaded:
+            raise MemrlError(f"cannot build the sqlite-vec index: {self.vec.reason}")
+        self.conn.execute("DROP TABLE IF EXISTS memory_index")
+        self.conn.execute(schema.index_ddl(dim))
+        self.conn.execute("INSERT INTO memory_index (memory_id, embedding) SELECT id, embedding FROM memories")
+        self.set_meta("index", {"state": "ok", "dim": dim})
+        self._index_ignored = False
+
+    def drop_index(self) -> None:
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_index'").fetchone():
+            if not self.vec.loaded:
+                raise MemrlError(f"cannot drop the sqlite-vec index without sqlite-vec: {self.vec.reason}")
+            self.conn.execute("DROP TABLE memory_index")
+        self.conn.execute("DELETE FROM meta WHERE key = 'index'")
+
+    def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.conn.execute("SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?",
+                                 (self.encode(vector), k)).fetchall()
+        return (np.array([r[0] for r in rows], dtype=np.int64),
+                1.0 - np.array([r[1] for r in rows], dtype=np.float64))

@@ -20,7 +20,7 @@ from memrl_cli import sqlite
 from memrl_cli.bank import MemoryBank, MemoryInput, Progress, content_hash, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
-from memrl_cli.schema import LATEST
+from memrl_cli.store import is_server_url
 
 EXPORT_VERSION = 1
 STORED_FIELDS = ("q_init", "visits", "created_at", "updated_at", "last_used_at", "ledger")
@@ -50,21 +50,23 @@ def parse_ingest_lines(stream: IO[bytes]) -> list[MemoryInput]:
 def export_jsonl(bank: MemoryBank, out: IO[str], vectors: bool = False) -> int:
     """Write the bank as JSONL; return the number of memories written."""
     embedder = bank.meta("embedder")
-    out.write(json.dumps({"memrl_export": EXPORT_VERSION, "schema": LATEST, "embedder": embedder,
+    out.write(json.dumps({"memrl_export": EXPORT_VERSION, "engine": bank.store.kind,
+                          "schema": bank.store.schema_version(), "embedder": embedder,
                           "vectors": vectors, "exported_at": now()}) + "\n")
     ledgers: dict[int, list[dict[str, Any]]] = {}
     cursor = bank.conn.execute(f"SELECT memory_id, {', '.join(LEDGER_FIELDS)} FROM rewards ORDER BY id")
     for row in cursor:
         ledgers.setdefault(row[0], []).append(dict(zip(LEDGER_FIELDS, row[1:])))
     n = 0
-    for row in bank.conn.execute("SELECT id, intent, experience, outcome, task_id, source, q, q_init, visits, "
-                                 "created_at, updated_at, last_used_at, metadata, embedding FROM memories ORDER BY id"):
+    columns = "id, intent, experience, outcome, task_id, source, q, q_init, visits, created_at, updated_at, " \
+              "last_used_at, metadata" + (", embedding" if vectors else "")
+    for row in bank.conn.execute(f"SELECT {columns} FROM memories ORDER BY id"):
         record = dict(zip(("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits",
                            "created_at", "updated_at", "last_used_at"), row[1:12]))
         record["metadata"] = json.loads(row[12])
         record["ledger"] = ledgers.get(row[0], [])
         if vectors:
-            record["vector"] = [float(x) for x in np.frombuffer(row[13], dtype=np.float32)]
+            record["vector"] = bank.store.decode([row[13]])[0].tolist()
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
         n += 1
     return n
@@ -166,14 +168,17 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
     counts = {"created": 0, "duplicates": 0, "merged": 0}
     stamp = now()
     with bank.transaction() as conn:
-        index = bank._begin_insert(vectors)
+        bank._begin_insert(vectors)
         for (memory, stored), vector in zip(records, vectors):
             digest = content_hash(memory.intent, memory.experience)
-            existing = conn.execute("SELECT id, q, visits FROM memories WHERE content_hash = ?", (digest,)).fetchone()
+            existing = conn.execute(f"SELECT id, q, visits FROM memories WHERE content_hash = ?{bank.store.lock}",
+                                    (digest,)).fetchone()
             ledger = stored.get("ledger", [])
             if existing is None:
-                mid = bank._insert_memory(memory, vector, index, stamp, stored)
-                assert mid is not None  # no row had this content a moment ago, in this transaction
+                mid = bank._insert_memory(memory, vector, stamp, stored)
+                if mid is None:  # another writer stored the same content since the check (PostgreSQL)
+                    counts["duplicates"] += 1
+                    continue
                 _append_ledger(conn, mid, ledger)
                 counts["created"] += 1
             elif merge_duplicates:
@@ -214,7 +219,10 @@ def _append_ledger(conn: Any, memory_id: int, rows: list[dict[str, Any]],
 
 
 def backup(bank: MemoryBank, destination: str, overwrite: bool = False) -> int:
-    """A consistent copy of the bank while others may be writing (SQLite's online backup); bytes written."""
+    """A consistent copy of a SQLite bank while others may be writing (SQLite's online backup); bytes written."""
+    if bank.is_server:
+        raise MemrlError("`memrl backup` copies a SQLite bank; back up a PostgreSQL bank with pg_dump, or move its "
+                         "memories, Q values and ledgers with `memrl export --vectors`")
     if os.path.exists(destination):
         if not overwrite:
             raise MemrlError(f"{destination} exists; pass --force to overwrite it")
@@ -233,29 +241,56 @@ def backup(bank: MemoryBank, destination: str, overwrite: bool = False) -> int:
 
 
 def merge(first: str, second: str, output: str, progress: Progress | None = None) -> dict[str, int]:
-    """`output` = `first` plus `second`: duplicates reconciled by visit-weighted Q, both ledgers kept."""
-    if os.path.exists(output):
+    """`output` = `first` plus `second`: duplicates reconciled by visit-weighted Q, both ledgers kept.
+
+    Any of the three may be a PostgreSQL URL. Between SQLite files the output starts as a copy of
+    `first` (receipts and runs included); otherwise it must be an empty bank and receives `first`'s
+    memories with their ledgers, then `second`'s, in one transaction.
+    """
+    for location in (first, second):
+        if not is_server_url(location) and not os.path.isfile(location):
+            raise MemrlError(f"no bank at {location}")
+    if not is_server_url(output) and os.path.exists(output):
         raise MemrlError(f"{output} exists; merge writes a new bank")
-    for path in (first, second):
-        if not os.path.isfile(path):
-            raise MemrlError(f"no bank at {path}")
     with MemoryBank(first, create=False) as a, MemoryBank(second, create=False) as b:
         ours, theirs = a.meta("embedder"), b.meta("embedder")
         if theirs and ours and (theirs["spec"], theirs["dim"]) != (ours["spec"], ours["dim"]):
             raise MemrlError(f"cannot merge banks made with different embedders ({ours['spec']} vs {theirs['spec']}); "
                              "export one and import it into the other to re-embed")
         records = list(_stored_records(b))
+        name = os.path.basename(second) if not is_server_url(second) else b.path
+        if is_server_url(output) or a.is_server:
+            return _merge_into(output, a, records, theirs, name, progress)
         staging = f"{output}.partial-{os.getpid()}"  # renamed into place only when the merge succeeded
         try:
             backup(a, staging)
             with MemoryBank(staging, create=False) as out:
-                counts = import_records(out, records, theirs, progress, merge_duplicates=True,
-                                        source_name=os.path.basename(second))
+                counts = import_records(out, records, theirs, progress, merge_duplicates=True, source_name=name)
             os.replace(staging, output)
         finally:
             for leftover in (staging, f"{staging}-wal", f"{staging}-shm"):
                 if os.path.exists(leftover):
                     os.remove(leftover)
+    return counts
+
+
+def _merge_into(output: str, first: MemoryBank, records: list[tuple[MemoryInput, dict[str, Any]]],
+                embedder: dict[str, Any] | None, name: str, progress: Progress | None) -> dict[str, int]:
+    """Merge into a new (empty) bank of any engine: `first`'s memories, then `records`, atomically."""
+    staging = None if is_server_url(output) else f"{output}.partial-{os.getpid()}"
+    try:
+        with MemoryBank(staging or output, embedder=(first.meta("embedder") or {}).get("spec")) as out:
+            if out.count():
+                raise MemrlError(f"{out.path} already holds memories; merge writes a new bank")
+            with out.transaction():
+                import_records(out, list(_stored_records(first)), first.meta("embedder"), progress)
+                counts = import_records(out, records, embedder, progress, merge_duplicates=True, source_name=name)
+        if staging:
+            os.replace(staging, output)
+    finally:
+        for leftover in ((staging, f"{staging}-wal", f"{staging}-shm") if staging else ()):
+            if os.path.exists(leftover):
+                os.remove(leftover)
     return counts
 
 

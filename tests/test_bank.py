@@ -325,13 +325,15 @@ def test_numpy_fallback_then_index_rebuild(text_bank: Path, monkeypatch: pytest.
                                            capsys: pytest.CaptureFixture[str]) -> None:
     params = RetrieveParams(k1=5, k2=3, threshold=0.0)
     with MemoryBank(text_bank) as bank:
-        assert bank.vec.loaded
+        assert bank.vec.loaded and bank.store.index_info()["kind"] == "none"  # the sqlite-vec index is opt-in
+        assert bank.set_index("vec") == {"kind": "vec", "sqlite_vec": True, "reason": None, "state": "ok",
+                                         "indexed": 10}
         with_vec = bank.retrieve(QUERY, params, record=False).memories
     monkeypatch.setenv("MEMRL_DISABLE_VEC", "1")
     with MemoryBank(text_bank) as bank:
         assert not bank.vec.loaded
         fallback = bank.retrieve(QUERY, params, record=False).memories
-        assert "warning: retrieving by numpy scan: disabled by MEMRL_DISABLE_VEC=1" in capsys.readouterr().err
+        assert "unusable, retrieving by numpy scan: disabled by MEMRL_DISABLE_VEC=1" in capsys.readouterr().err
         with pytest.raises(MemrlError, match="index=vec needs sqlite-vec"):
             MemoryBank(text_bank, index="vec")
         added = bank.ingest("heat the apple in a microwave", "new while the index was off")

@@ -174,12 +174,18 @@ def test_missing_bank_and_embedder_mismatch(bank: Path, tmp_path: Path) -> None:
     assert "made with embedder 'local', not 'openai:some-model'" in error_line(other)
 
 
-def test_numpy_fallback_warns_on_stderr_and_agrees(bank: Path) -> None:
+def test_opt_in_vec_index_and_the_numpy_fallback_agree(bank: Path) -> None:
     args = ["retrieve", "warm an apple", "--threshold", "0", "--json"]
+    scanned = memrl(bank, *args, "--no-record")
+    built = as_json(memrl(bank, "doctor", "--index", "vec", "--json"))
+    assert built["index"] == {"kind": "vec", "sqlite_vec": True, "reason": None, "state": "ok", "indexed": 4}
+    assert built["engine"] == "sqlite" and built["ok"]
     with_vec = memrl(bank, *args)
     fallback = memrl(bank, *args, "--no-record", env={"MEMRL_DISABLE_VEC": "1"})
-    assert with_vec.stderr == ""
-    assert "warning: retrieving by numpy scan: disabled by MEMRL_DISABLE_VEC=1" in fallback.stderr
+    assert with_vec.stderr == "" and scanned.stderr == ""
+    assert as_json(scanned)["memories"] == as_json(fallback)["memories"]
+    assert "the bank's sqlite-vec index is unusable, retrieving by numpy scan: disabled by MEMRL_DISABLE_VEC=1" \
+        in fallback.stderr
     a, b = as_json(with_vec), as_json(fallback)
     assert b["retrieval_id"] is None and [m["id"] for m in a["memories"]] == [m["id"] for m in b["memories"]]
     with sqlite3.connect(bank) as conn:  # ε defaults to 0: no exploration unless asked for

@@ -59,7 +59,7 @@ def test_schema_doc_covers_every_table_and_column() -> None:
 
 
 def test_the_bank_opens_with_sqlite_utils_as_documented(tmp_path: Path) -> None:
-    """docs/schema.md promises the file opens with sqlite-utils, sqlite-vec index included."""
+    """docs/schema.md promises the file opens with sqlite-utils, and sqlite-vec reads its vectors and optional index."""
     import json
     import subprocess
     import sys
@@ -76,6 +76,12 @@ def test_the_bank_opens_with_sqlite_utils_as_documented(tmp_path: Path) -> None:
                                      capture_output=True, text=True, check=True).stdout)
     assert rows == [{"id": 1, "intent": "heat an egg", "q": 0.0}]
     extension = sqlite_vec.loadable_path()
+    nearest = subprocess.run(cli + [str(path), "SELECT id, round(vec_distance_cosine(embedding, '[0.6,0.8,0]'), 3) AS d "
+                                    "FROM memories ORDER BY d LIMIT 1", "--load-extension", extension],
+                             capture_output=True, text=True, check=True)
+    assert json.loads(nearest.stdout) == [{"id": 1, "d": 0.4}]  # the stored vectors are sqlite-vec float32 vectors
+    with MemoryBank(path) as bank:
+        bank.set_index("vec")
     knn = subprocess.run(cli + [str(path), "SELECT memory_id FROM memory_index WHERE embedding MATCH '[1,0,0]' AND k = 1",
                                 "--load-extension", extension], capture_output=True, text=True, check=True)
     assert json.loads(knn.stdout) == [{"memory_id": 1}]

@@ -28,6 +28,7 @@ def make_bank(path: Path) -> None:
     with MemoryBank(path, f"external:untrusted:{DIM}") as bank:
         bank.ingest_many([{"intent": f"task {i}", "experience": f"did {i}",
                            "vector": [1.0 if j == i else 0.1 for j in range(DIM)]} for i in range(3)])
+        bank.set_index("vec")  # the optional sqlite-vec index: crafted files may alter it too
 
 
 def craft(path: Path, *statements: str, vec: bool = False) -> None:

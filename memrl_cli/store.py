@@ -1,0 +1,169 @@
+"""Where a bank lives: a SQLite file (the default) or a PostgreSQL database with pgvector.
+
+`MemoryBank` holds the method (retrieval scoring, the Q rule, receipts, the ledger,
+calibration) once; a `Store` is everything that differs between the two engines: opening
+and migrating, transactions, the change token behind the bank's caches, how a vector is
+written and read, the server-side nearest-neighbour search, and how driver errors read.
+
+SQL shared by both is written once, in the common dialect of SQLite ≥ 3.35 and PostgreSQL:
+`?` placeholders (translated for psycopg), `INSERT … ON CONFLICT`, `RETURNING id`. Rows a
+write reads before changing them are read with `store.lock` appended (`FOR UPDATE` on
+PostgreSQL, where writers run concurrently; nothing on SQLite, where `BEGIN IMMEDIATE`
+already serialises them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from memrl_cli.errors import MemrlError
+
+SERVER_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_server_url(location: str) -> bool:
+    """Whether a bank location names a PostgreSQL server rather than a SQLite file."""
+    return location.startswith(SERVER_SCHEMES)
+
+
+class Store:
+    """The engine under a bank. Subclasses: `memrl_cli.sqlite.SqliteStore`, `memrl_cli.postgres.PostgresStore`."""
+
+    kind: str
+    location: str  # for messages: a file path, or a server URL without its password
+    conn: Any  # DB-API connection-like: execute(sql, args) and executemany(sql, rows) with `?` placeholders
+    lock = ""  # appended to a SELECT of rows the current write will change
+    indexes: tuple[str, ...]  # the `index=` choices this engine offers
+    errors: tuple[type[BaseException], ...]  # driver exceptions that `error()` turns into MemrlError
+    warnings: list[str]
+
+    def begin(self) -> None:
+        """Start a write transaction."""
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Commit the write transaction."""
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the write transaction, if one is open."""
+        raise NotImplementedError
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """A write transaction of the store's own (opening checks), without the bank's error mapping."""
+        self.begin()
+        try:
+            yield
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
+    def version(self) -> tuple[int, ...] | None:
+        """A token that changes whenever the bank may have changed; None when the engine has none
+        (then the bank caches nothing)."""
+        raise NotImplementedError
+
+    def error(self, exc: BaseException) -> MemrlError:
+        """A one-line, actionable error for a driver exception."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    # -- values -----------------------------------------------------------------
+
+    def encode(self, vector: np.ndarray) -> Any:
+        """A unit float32 vector as the engine stores it."""
+        raise NotImplementedError
+
+    def decode(self, values: list[Any]) -> np.ndarray:
+        """Stored vectors as one float32 matrix (a row each)."""
+        raise NotImplementedError
+
+    def meta(self, key: str) -> Any:
+        """A value from the meta table (JSON-decoded), or None."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Store a meta value (inside the caller's transaction)."""
+        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                          "value = excluded.value", (key, json.dumps(value)))
+
+    def insert(self, sql: str, args: tuple[Any, ...]) -> int | None:
+        """Run an INSERT and return the new row's id (None when ON CONFLICT DO NOTHING skipped it)."""
+        row = self.conn.execute(sql + " RETURNING id", args).fetchone()
+        return None if row is None else int(row[0])
+
+    def trim_query_cache(self, keep: int) -> None:
+        """Inside a write: keep only the `keep` most recently added query embeddings."""
+        self.conn.execute("DELETE FROM query_cache WHERE created_at < (SELECT created_at FROM query_cache "
+                          "ORDER BY created_at DESC LIMIT 1 OFFSET ?)", (keep - 1,))
+
+    # -- schema and health ------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The bank's schema version."""
+        raise NotImplementedError
+
+    def integrity(self) -> list[str]:
+        """The engine's own consistency check: ["ok"] or problems."""
+        raise NotImplementedError
+
+    def bad_vectors(self, dim: int) -> int:
+        """How many memories lack a vector of dimension `dim`."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Engine, driver and version facts for `memrl doctor`."""
+        raise NotImplementedError
+
+    # -- the engine's nearest-neighbour index ------------------------------------
+
+    def prepare_vectors(self, dim: int) -> None:
+        """Inside the first write: fix the vector dimension (the bank's embedder is now known)."""
+
+    def index_info(self) -> dict[str, Any]:
+        """What the engine's index is and whether it is usable, for `inspect --stats`."""
+        raise NotImplementedError
+
+    def index_ready(self) -> bool:
+        """Whether `knn` can answer (else the bank scans an in-process matrix)."""
+        raise NotImplementedError
+
+    def add_to_index(self, memory_id: int, encoded: Any) -> None:
+        """Inside a write: index one new memory (engines that index the memories table itself do nothing)."""
+
+    def after_insert(self) -> None:
+        """Inside a write that added memories: note an index that could not be kept up to date."""
+
+    def build_index(self, kind: str, dim: int) -> None:
+        """Inside a write: create (or rebuild) the engine's index of the given kind."""
+        raise NotImplementedError
+
+    def drop_index(self) -> None:
+        """Inside a write: drop the engine's optional index."""
+        raise NotImplementedError
+
+    def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, cosine similarities) of the k nearest memories, best first, searched by the engine."""
+        raise NotImplementedError
+
+
+def open_store(location: str, *, readonly: bool = False, create: bool = True) -> Store:
+    """The store for a bank location: a PostgreSQL URL, else a SQLite file path."""
+    if is_server_url(location):
+        from memrl_cli.postgres import PostgresStore
+
+        return PostgresStore(location, readonly=readonly, create=create)
+    from memrl_cli.sqlite import SqliteStore
+
+    return SqliteStore(location, readonly=readonly, create=create)
