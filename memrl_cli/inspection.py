@@ -112,7 +112,13 @@ def explain(bank: MemoryBank, retrieval_id: int) -> dict[str, Any]:
 
 
 def verify(bank: MemoryBank) -> dict[str, Any]:
-    """Check the whole bank: engine integrity, a vector per memory, index coverage, Q = ledger replay."""
+    """Check the whole bank: engine integrity, a vector per memory, index coverage, Q = ledger replay;
+    all of it on one state of the bank, while others may write."""
+    with bank.snapshot():
+        return _verify(bank)
+
+
+def _verify(bank: MemoryBank) -> dict[str, Any]:
     problems: list[str] = []
     integrity = bank.store.integrity()
     if integrity != ["ok"]:

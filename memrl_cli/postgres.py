@@ -15,12 +15,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
-from memrl_cli.store import Store
+from memrl_cli.store import Store, redact
 
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
@@ -139,16 +138,6 @@ PG_MIGRATIONS: list[str] = [
 PG_LATEST = len(PG_MIGRATIONS)
 
 
-def redact(url: str) -> str:
-    """A server URL without its password, for messages and `bank.path`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 @lru_cache(maxsize=512)
 def _pg_sql(sql: str) -> str:
     """The shared SQL (`?` placeholders) in psycopg's dialect (`%s`)."""
@@ -191,6 +180,7 @@ class PostgresStore(Store):
     kind = "postgresql"
     indexes = ("auto", "exact", "hnsw")
     lock = " FOR UPDATE"
+    begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
     def __init__(self, url: str, *, readonly: bool = False, create: bool = True) -> None:
         psycopg, register_vector = _import_driver()
@@ -202,8 +192,8 @@ class PostgresStore(Store):
         try:
             raw = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="memrl")
         except psycopg.Error as exc:
-            raise MemrlError(f"cannot connect to the PostgreSQL bank {self.location}: "
-                             f"{str(exc).strip().splitlines()[-1]}") from None
+            reason = " ".join(line.strip() for line in str(exc).strip().splitlines())  # the cause, then the hint
+            raise MemrlError(f"cannot connect to the PostgreSQL bank {self.location}: {reason}") from None
         self.conn = PgConnection(raw)
         try:
             version = self.schema_version()
@@ -219,17 +209,24 @@ class PostgresStore(Store):
             register_vector(raw)
             if readonly:
                 raw.execute("SET default_transaction_read_only = on")
-            if (self.meta("index") or {}).get("kind") == "hnsw":
-                raw.execute(f"SET hnsw.ef_search = {int(self.meta('index').get('ef_search', HNSW_EF_SEARCH))}")
             from memrl_cli.schema import check_meta
 
             check_meta(self.conn)
+            self._tune_hnsw(int((self.meta("index") or {}).get("ef_search", HNSW_EF_SEARCH)))
         except psycopg.Error as exc:
             raw.close()
             raise self.error(exc) from None
         except BaseException:
             raw.close()
             raise
+
+    def _tune_hnsw(self, ef_search: int) -> None:
+        """Session settings of HNSW scans (also for an index another process builds later): the
+        candidate list, and (pgvector >= 0.8) iterative scans, so that LIMIT k returns k rows
+        even when k exceeds ef_search."""
+        self.conn.execute(f"SET hnsw.ef_search = {ef_search}")
+        if (self._pgvector() or (0,)) >= (0, 8):
+            self.conn.execute("SET hnsw.iterative_scan = relaxed_order")  # the bank re-sorts by similarity
 
     def _pgvector(self) -> tuple[int, ...] | None:
         row = self.conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
@@ -293,7 +290,8 @@ class PostgresStore(Store):
     def decode(self, values: list[Any]) -> np.ndarray:
         if not values:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([np.asarray(v, dtype=np.float32) for v in values])
+        return np.stack([np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
+                         for v in values])
 
     def schema_version(self) -> int:
         if self.conn.execute("SELECT to_regclass('memrl_schema')").fetchone()[0] is None:
@@ -336,7 +334,7 @@ class PostgresStore(Store):
         self.conn.execute("CREATE INDEX IF NOT EXISTS memories_hnsw ON memories USING hnsw "
                           "(embedding vector_cosine_ops)")
         self.set_meta("index", {"kind": "hnsw", "ef_search": HNSW_EF_SEARCH, "dim": dim})
-        self.conn.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+        self._tune_hnsw(HNSW_EF_SEARCH)
 
     def drop_index(self) -> None:
         self.conn.execute("DROP INDEX IF EXISTS memories_hnsw")

@@ -281,6 +281,9 @@ def _meta_problem(key: str, raw: Any) -> str | None:
     elif key == "index":
         if value.get("state") not in ("ok", "stale") and value.get("kind") != "hnsw":
             return "has an unknown index state"
+        ef_search = value.get("ef_search", 100)
+        if not isinstance(ef_search, int) or isinstance(ef_search, bool) or not 1 <= ef_search <= 1000:
+            return "has an HNSW ef_search outside 1 to 1000"
     elif not (_finite(value.get("mean")) and _finite(value.get("std")) and value["std"] > 0):
         return "has no finite mean and positive std"
     elif key == "sim_stats" and not (isinstance(value.get("memories"), int) and value["memories"] >= 0):

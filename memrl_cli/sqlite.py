@@ -244,13 +244,11 @@ class SqliteStore(Store):
     def index_ready(self) -> bool:
         return self.vec.loaded and not self._index_ignored and self._index_state() == "ok"
 
-    def add_to_index(self, memory_id: int, encoded: Any) -> None:
+    def add_to_index(self, rows: list[tuple[int, Any]]) -> None:
+        """Index new memories in sqlite-vec; without sqlite-vec, mark its index stale (rebuilt later)."""
         if self.index_ready():
-            self.conn.execute("INSERT INTO memory_index (memory_id, embedding) VALUES (?, ?)", (memory_id, encoded))
-
-    def after_insert(self) -> None:
-        state = self._index_state()
-        if state == "ok" and not self.index_ready():
+            self.conn.executemany("INSERT INTO memory_index (memory_id, embedding) VALUES (?, ?)", rows)
+        elif rows and self._index_state() == "ok":
             self.set_meta("index", {**(self.meta("index") or {}), "state": "stale"})
 
     def build_index(self, kind: str, dim: int) -> None:

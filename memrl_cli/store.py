@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -31,6 +32,19 @@ def is_server_url(location: str) -> bool:
     return location.startswith(SERVER_SCHEMES)
 
 
+def redact(url: str) -> str:
+    """A bank location without a server password (in the user part or a `password=` parameter),
+    for messages and `bank.path`."""
+    if not is_server_url(url):
+        return url
+    parts = urlsplit(url)
+    if parts.password is not None:
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
+    query = "&".join("password=***" if pair.lower().startswith("password=") else pair
+                     for pair in parts.query.split("&")) if parts.query else ""
+    return urlunsplit(parts._replace(query=query))
+
+
 class Store:
     """The engine under a bank. Subclasses: `memrl_cli.sqlite.SqliteStore`, `memrl_cli.postgres.PostgresStore`."""
 
@@ -38,6 +52,7 @@ class Store:
     location: str  # for messages: a file path, or a server URL without its password
     conn: Any  # DB-API connection-like: execute(sql, args) and executemany(sql, rows) with `?` placeholders
     lock = ""  # appended to a SELECT of rows the current write will change
+    begin_read = "BEGIN"  # a read-only transaction on one state of the bank (SQLite: its WAL snapshot)
     indexes: tuple[str, ...]  # the `index=` choices this engine offers
     errors: tuple[type[BaseException], ...]  # driver exceptions that `error()` turns into MemrlError
     warnings: list[str]
@@ -64,6 +79,15 @@ class Store:
         except BaseException:
             self.rollback()
             raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every read inside it sees the bank at one moment while others write."""
+        self.conn.execute(self.begin_read)
+        try:
+            yield
+        finally:
+            self.rollback()
 
     def version(self) -> tuple[int, ...] | None:
         """A token that changes whenever the bank may have changed; None when the engine has none
@@ -139,11 +163,9 @@ class Store:
         """Whether `knn` can answer (else the bank scans an in-process matrix)."""
         raise NotImplementedError
 
-    def add_to_index(self, memory_id: int, encoded: Any) -> None:
-        """Inside a write: index one new memory (engines that index the memories table itself do nothing)."""
-
-    def after_insert(self) -> None:
-        """Inside a write that added memories: note an index that could not be kept up to date."""
+    def add_to_index(self, rows: list[tuple[int, Any]]) -> None:
+        """Inside a write: index new memories, (id, encoded vector) each (engines that index the
+        memories table itself do nothing)."""
 
     def build_index(self, kind: str, dim: int) -> None:
         """Inside a write: create (or rebuild) the engine's index of the given kind."""

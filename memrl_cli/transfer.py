@@ -48,7 +48,16 @@ def parse_ingest_lines(stream: IO[bytes]) -> list[MemoryInput]:
 
 
 def export_jsonl(bank: MemoryBank, out: IO[str], vectors: bool = False) -> int:
-    """Write the bank as JSONL; return the number of memories written."""
+    """Write the bank as JSONL; return the number of memories written.
+
+    The ledgers and the memories are read from one state of the bank (while others may write), so
+    every exported Q is the replay of its exported ledger.
+    """
+    with bank.snapshot():
+        return _export(bank, out, vectors)
+
+
+def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
     embedder = bank.meta("embedder")
     out.write(json.dumps({"memrl_export": EXPORT_VERSION, "engine": bank.store.kind,
                           "schema": bank.store.schema_version(), "embedder": embedder,

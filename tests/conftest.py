@@ -1,7 +1,8 @@
 """Shared fixtures: a PostgreSQL + pgvector server for the tests marked `postgres`.
 
-The server is `MEMRL_TEST_PG_DSN` when set (an admin DSN of a server with pgvector >= 0.8 that may
-create databases), else a throwaway local server (benchmarks/pg_server.py) started once per session.
+`bank_at` runs a test once per engine: it makes new bank locations (SQLite files, or fresh
+PostgreSQL databases). The server is `MEMRL_TEST_PG_DSN` when set (an admin `postgresql://` URL of a
+server with pgvector >= 0.8 that may create databases), else a throwaway local server (benchmarks/pg_server.py) started once per session.
 Without either, the tests that use it are skipped, except under CI (`CI` set), where they fail.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -61,3 +63,30 @@ def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(pg_server_dsn, name)
+
+
+ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=ENGINES)
+def bank_at(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """A factory of new bank locations on the engine under test: `bank_at("b")` is a file
+    `tmp_path/b.db` on SQLite, or the URL of a fresh database on PostgreSQL (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield lambda name: str(tmp_path / f"{name}.db")
+        return
+    from benchmarks.pg_server import create_database, drop_database
+
+    server = request.getfixturevalue("pg_server_dsn")
+    made: dict[str, str] = {}
+
+    def location(name: str) -> str:
+        if name not in made:
+            made[name] = create_database(server, f"memrl_test_{uuid.uuid4().hex[:8]}")
+        return made[name]
+
+    try:
+        yield location
+    finally:
+        for url in made.values():
+            drop_database(server, url.rsplit("/", 1)[1])

@@ -1,5 +1,9 @@
 """MemoryBank through its Python API: ingest, two-phase retrieval with learned Q, rewards,
-calibration, concurrency, the numpy fallback, and refusing untrusted or newer files."""
+calibration, concurrency, the numpy fallback, and refusing untrusted or newer files.
+
+Tests that take `bank_at` run on SQLite and on PostgreSQL (tests/conftest.py); the rest are
+about the SQLite file itself (tampering, schema, in-process indexes, sqlite-vec).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,29 +40,39 @@ def unit(rng: np.random.Generator, n: int, dim: int = 16) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def vector_bank(path: Path, n: int = 20, dim: int = 16, seed: int = 0) -> np.ndarray:
+def vector_bank(location: str, n: int = 20, dim: int = 16, seed: int = 0) -> np.ndarray:
     """A bank of `n` memories with given random vectors (embedder external:test:DIM)."""
     vectors = unit(np.random.default_rng(seed), n, dim)
-    with MemoryBank(path, f"external:test:{dim}") as bank:
+    with MemoryBank(location, f"external:test:{dim}") as bank:
         bank.ingest_many([{"intent": f"task {i}", "experience": f"did {i}", "vector": v.tolist()}
                           for i, v in enumerate(vectors)])
     return vectors
 
 
-@pytest.fixture
-def text_bank(tmp_path: Path) -> Path:
+def make_text_bank(location: str) -> str:
     """A bank built with the real local embedder: a near-duplicate distractor, a useful memory, fillers."""
-    path = tmp_path / "bank.db"
-    with MemoryBank(path) as bank:
+    with MemoryBank(location) as bank:
         bank.ingest_many([{"intent": t, "experience": f"how I did: {t}"} for t in [DISTRACTOR, USEFUL, *FILLERS]])
-    return path
+    return location
+
+
+@pytest.fixture
+def text_bank(bank_at: Callable[[str], str]) -> str:
+    """`make_text_bank` on the engine under test."""
+    return make_text_bank(bank_at("bank"))
+
+
+@pytest.fixture
+def sqlite_text_bank(tmp_path: Path) -> str:
+    """`make_text_bank` in a SQLite file, for tests of the file and its in-process indexes."""
+    return make_text_bank(str(tmp_path / "bank.db"))
 
 
 # -- ingest -----------------------------------------------------------------------------------
 
 
-def test_ingest_stores_memory_and_reports_duplicates(tmp_path: Path) -> None:
-    with MemoryBank(tmp_path / "b.db") as bank:
+def test_ingest_stores_memory_and_reports_duplicates(bank_at: Callable[[str], str]) -> None:
+    with MemoryBank(bank_at("b")) as bank:
         first = bank.ingest("heat an apple", "microwave it", "success", task_id="t1", metadata={"steps": 3})
         again = bank.ingest("heat an apple", "microwave it", "failure")
         other = bank.ingest("heat an apple", "use the stove")
@@ -68,7 +83,7 @@ def test_ingest_stores_memory_and_reports_duplicates(tmp_path: Path) -> None:
         assert (row["outcome"], row["task_id"], row["metadata"], row["q"], row["visits"]) == \
             ("success", "t1", {"steps": 3}, 0.0, 0)
         blob = bank.conn.execute("SELECT embedding FROM memories WHERE id = ?", (first.id,)).fetchone()[0]
-        vector = np.frombuffer(blob, dtype="<f4")
+        vector = bank.store.decode([blob])[0]
         assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
         assert bank.meta("embedder")["spec"] == "local"
 
@@ -80,8 +95,8 @@ def test_ingest_stores_memory_and_reports_duplicates(tmp_path: Path) -> None:
     ({"intent": "a", "experience": "x\x00y"}, "experience contains a NUL byte"),
     ({"intent": "a", "experience": "x", "colour": "red"}, "unknown field(s) colour"),
 ])
-def test_ingest_refuses_bad_records_atomically(tmp_path: Path, record: dict, message: str) -> None:
-    with MemoryBank(tmp_path / "b.db", "external:t:4") as bank:
+def test_ingest_refuses_bad_records_atomically(bank_at: Callable[[str], str], record: dict, message: str) -> None:
+    with MemoryBank(bank_at("b"), "external:t:4") as bank:
         bank.ingest("kept", "kept", vector=[1, 0, 0, 0])
         with pytest.raises(MemrlError, match="record 2: " + message.replace("(", r"\(").replace(")", r"\)")):
             bank.ingest_many([{"intent": "new", "experience": "new", "vector": [0, 1, 0, 0]}, record])
@@ -91,7 +106,7 @@ def test_ingest_refuses_bad_records_atomically(tmp_path: Path, record: dict, mes
 # -- two-phase retrieval with learned Q ------------------------------------------------------------
 
 
-def test_learned_value_beats_a_more_similar_distractor_at_half_lambda(text_bank: Path) -> None:
+def test_learned_value_beats_a_more_similar_distractor_at_half_lambda(text_bank: str) -> None:
     """The MemRL loop: the near-duplicate fails, gets negative Q, and loses to the useful memory."""
     greedy = RetrieveParams(k1=2, k2=1, lam=0.5, threshold=0.0)
     rag = RetrieveParams(k1=2, k2=1, lam=0.0, threshold=0.0)
@@ -120,7 +135,7 @@ def test_learned_value_beats_a_more_similar_distractor_at_half_lambda(text_bank:
         assert verify(bank)["ok"]
 
 
-def test_retrieve_results_are_best_first_with_receipt(text_bank: Path) -> None:
+def test_retrieve_results_are_best_first_with_receipt(text_bank: str) -> None:
     with MemoryBank(text_bank) as bank:
         result = bank.retrieve(QUERY, RetrieveParams(k1=5, k2=3, threshold=-1.0))
         scores = [m["score"] for m in result.memories]
@@ -133,7 +148,7 @@ def test_retrieve_results_are_best_first_with_receipt(text_bank: Path) -> None:
         assert bank.conn.execute("SELECT count(*) FROM retrievals").fetchone()[0] == 1
 
 
-def test_threshold_and_k1_larger_than_bank(text_bank: Path) -> None:
+def test_threshold_and_k1_larger_than_bank(text_bank: str) -> None:
     with MemoryBank(text_bank) as bank:
         everything = bank.retrieve(QUERY, RetrieveParams(k1=100, k2=100, threshold=-1.0), record=False)
         assert len(everything.memories) == bank.count() == 10
@@ -142,20 +157,20 @@ def test_threshold_and_k1_larger_than_bank(text_bank: Path) -> None:
         assert bank.retrieve(QUERY, RetrieveParams(threshold=1.0), record=False).memories == []
 
 
-def test_empty_bank_retrieves_nothing(tmp_path: Path) -> None:
-    with MemoryBank(tmp_path / "empty.db") as bank:
+def test_empty_bank_retrieves_nothing(bank_at: Callable[[str], str]) -> None:
+    with MemoryBank(bank_at("empty")) as bank:
         result = bank.retrieve("anything")
         assert result.memories == [] and result.id is not None
 
 
-def test_copied_file_gives_the_same_retrieval(text_bank: Path, tmp_path: Path) -> None:
+def test_copied_file_gives_the_same_retrieval(sqlite_text_bank: str, tmp_path: Path) -> None:
     params = RetrieveParams(k1=5, k2=3, threshold=0.0)
-    with MemoryBank(text_bank) as bank:
+    with MemoryBank(sqlite_text_bank) as bank:
         bank.reward(0.8, memory_ids=[2, 3])
         before = bank.retrieve(QUERY, params, record=False).memories
     elsewhere = tmp_path / "elsewhere" / "deeper"
     elsewhere.mkdir(parents=True)
-    shutil.copy(text_bank, elsewhere / "copy.db")
+    shutil.copy(sqlite_text_bank, elsewhere / "copy.db")
     with MemoryBank(elsewhere / "copy.db") as copy:
         after = copy.retrieve(QUERY, params, record=False).memories
         assert verify(copy)["ok"]
@@ -163,7 +178,7 @@ def test_copied_file_gives_the_same_retrieval(text_bank: Path, tmp_path: Path) -
 
 
 def test_vec_and_numpy_indexes_agree(tmp_path: Path) -> None:
-    vectors = vector_bank(tmp_path / "b.db", n=300, dim=32)
+    vectors = vector_bank(str(tmp_path / "b.db"), n=300, dim=32)
     query = (vectors[5] + 0.3 * vectors[9]).tolist()
     results = {}
     for index in ("vec", "numpy"):
@@ -177,7 +192,7 @@ def test_vec_and_numpy_indexes_agree(tmp_path: Path) -> None:
 
 
 def test_numpy_index_sees_memories_added_later(tmp_path: Path) -> None:
-    path = tmp_path / "b.db"
+    path = str(tmp_path / "b.db")
     vectors = vector_bank(path, n=50, dim=8)
     params = RetrieveParams(k1=3, k2=1, threshold=-1.0)
     with MemoryBank(path, index="numpy") as reader, MemoryBank(path) as writer:
@@ -190,9 +205,9 @@ def test_numpy_index_sees_memories_added_later(tmp_path: Path) -> None:
 # -- rewards --------------------------------------------------------------------------------------
 
 
-def test_reward_rule_ledger_and_repeat_refusal(tmp_path: Path) -> None:
-    vector_bank(tmp_path / "b.db", n=5, dim=8)
-    with MemoryBank(tmp_path / "b.db") as bank:
+def test_reward_rule_ledger_and_repeat_refusal(bank_at: Callable[[str], str]) -> None:
+    vector_bank(bank_at("b"), n=5, dim=8)
+    with MemoryBank(bank_at("b")) as bank:
         hit = bank.retrieve("q", RetrieveParams(k1=5, k2=2, threshold=-1.0), vector=[1.0] * 8)
         chosen = [m["id"] for m in hit.memories]
         updates = bank.reward(1.0, retrieval_id=hit.id, alpha=0.5)
@@ -217,18 +232,18 @@ def test_reward_rule_ledger_and_repeat_refusal(tmp_path: Path) -> None:
     ({"reward": 1.0, "retrieval_id": 42}, "unknown retrieval id 42"),
     ({"reward": 1.0}, "give either a retrieval id or memory ids"),
 ])
-def test_bad_rewards_leave_the_bank_unchanged(tmp_path: Path, kwargs: dict, message: str) -> None:
-    vector_bank(tmp_path / "b.db", n=3, dim=4)
-    with MemoryBank(tmp_path / "b.db") as bank:
+def test_bad_rewards_leave_the_bank_unchanged(bank_at: Callable[[str], str], kwargs: dict, message: str) -> None:
+    vector_bank(bank_at("b"), n=3, dim=4)
+    with MemoryBank(bank_at("b")) as bank:
         with pytest.raises(MemrlError, match=message):
             bank.reward(**kwargs)
         assert bank.conn.execute("SELECT count(*), sum(visits), sum(q) FROM memories").fetchone() == (3, 0, 0.0)
         assert bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
 
 
-def test_reward_many_is_one_transaction(tmp_path: Path) -> None:
-    vector_bank(tmp_path / "b.db", n=3, dim=4)
-    with MemoryBank(tmp_path / "b.db") as bank:
+def test_reward_many_is_one_transaction(bank_at: Callable[[str], str]) -> None:
+    vector_bank(bank_at("b"), n=3, dim=4)
+    with MemoryBank(bank_at("b")) as bank:
         with pytest.raises(MemrlError, match="reward 2: "):
             bank.reward_many([{"reward": 1.0, "memory_ids": [1]}, {"reward": None, "memory_ids": [2]}])
         assert bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
@@ -246,10 +261,10 @@ for i in range(50):
 """
 
 
-def test_four_processes_rewarding_one_memory_lose_no_update(tmp_path: Path) -> None:
-    path = tmp_path / "b.db"
+def test_four_processes_rewarding_one_memory_lose_no_update(bank_at: Callable[[str], str]) -> None:
+    path = bank_at("b")
     vector_bank(path, n=3, dim=4)
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(path), str(w)], stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, path, str(w)], stderr=subprocess.PIPE, text=True)
                for w in range(4)]
     errors = [w.communicate(timeout=120)[1] for w in workers]
     assert [w.returncode for w in workers] == [0] * 4, errors
@@ -266,9 +281,9 @@ def test_four_processes_rewarding_one_memory_lose_no_update(tmp_path: Path) -> N
         assert verify(bank)["ok"]
 
 
-def test_set_q_is_in_the_ledger(tmp_path: Path) -> None:
-    vector_bank(tmp_path / "b.db", n=2, dim=4)
-    with MemoryBank(tmp_path / "b.db") as bank:
+def test_set_q_is_in_the_ledger(bank_at: Callable[[str], str]) -> None:
+    vector_bank(bank_at("b"), n=2, dim=4)
+    with MemoryBank(bank_at("b")) as bank:
         bank.reward(1.0, memory_ids=[1])
         bank.set_q(1, -0.5, "reset")
         bank.reward(1.0, memory_ids=[1], alpha=0.5)
@@ -281,8 +296,8 @@ def test_set_q_is_in_the_ledger(tmp_path: Path) -> None:
 # -- calibration of z(sim) -------------------------------------------------------------------------
 
 
-def test_calibration_is_computed_and_refreshed_as_the_bank_grows(tmp_path: Path) -> None:
-    path = tmp_path / "b.db"
+def test_calibration_is_computed_and_refreshed_as_the_bank_grows(bank_at: Callable[[str], str]) -> None:
+    path = bank_at("b")
     vectors = vector_bank(path, n=20, dim=8)
     with MemoryBank(path) as bank:
         stats = bank.meta("sim_stats")
@@ -321,21 +336,21 @@ def test_calibration_is_computed_and_refreshed_as_the_bank_grows(tmp_path: Path)
 # -- the numpy fallback and the stale index -------------------------------------------------------
 
 
-def test_numpy_fallback_then_index_rebuild(text_bank: Path, monkeypatch: pytest.MonkeyPatch,
+def test_numpy_fallback_then_index_rebuild(sqlite_text_bank: str, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     params = RetrieveParams(k1=5, k2=3, threshold=0.0)
-    with MemoryBank(text_bank) as bank:
+    with MemoryBank(sqlite_text_bank) as bank:
         assert bank.vec.loaded and bank.store.index_info()["kind"] == "none"  # the sqlite-vec index is opt-in
         assert bank.set_index("vec") == {"kind": "vec", "sqlite_vec": True, "reason": None, "state": "ok",
                                          "indexed": 10}
         with_vec = bank.retrieve(QUERY, params, record=False).memories
     monkeypatch.setenv("MEMRL_DISABLE_VEC", "1")
-    with MemoryBank(text_bank) as bank:
+    with MemoryBank(sqlite_text_bank) as bank:
         assert not bank.vec.loaded
         fallback = bank.retrieve(QUERY, params, record=False).memories
         assert "unusable, retrieving by numpy scan: disabled by MEMRL_DISABLE_VEC=1" in capsys.readouterr().err
         with pytest.raises(MemrlError, match="index=vec needs sqlite-vec"):
-            MemoryBank(text_bank, index="vec")
+            MemoryBank(sqlite_text_bank, index="vec")
         added = bank.ingest("heat the apple in a microwave", "new while the index was off")
         assert bank.meta("index")["state"] == "stale"
     assert [m["id"] for m in fallback] == [m["id"] for m in with_vec]
@@ -343,7 +358,7 @@ def test_numpy_fallback_then_index_rebuild(text_bank: Path, monkeypatch: pytest.
         assert a["similarity"] == pytest.approx(b["similarity"], abs=1e-6)
         assert a["score"] == pytest.approx(b["score"], abs=1e-4)
     monkeypatch.delenv("MEMRL_DISABLE_VEC")
-    with MemoryBank(text_bank) as bank:
+    with MemoryBank(sqlite_text_bank) as bank:
         assert bank.meta("index")["state"] == "ok"
         assert bank.conn.execute("SELECT count(*) FROM memory_index").fetchone()[0] == 11
         assert verify(bank)["ok"]
@@ -355,7 +370,7 @@ def test_numpy_fallback_then_index_rebuild(text_bank: Path, monkeypatch: pytest.
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "b.db"
+    path = str(tmp_path / "b.db")
     vector_bank(path, n=2, dim=4)
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {schema.LATEST + 1}")
@@ -364,7 +379,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 
 def test_trigger_is_refused_view_and_table_are_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "b.db"
+    path = str(tmp_path / "b.db")
     vector_bank(path, n=2, dim=4)
     conn = sqlite3.connect(path)
     conn.execute("CREATE VIEW good AS SELECT id, q FROM memories WHERE q > 0")
@@ -406,17 +421,31 @@ def test_not_a_bank_and_missing_files(tmp_path: Path) -> None:
         MemoryBank(tmp_path)
 
 
-def test_readonly_bank(tmp_path: Path) -> None:
-    vector_bank(tmp_path / "b.db", n=3, dim=4)
-    with MemoryBank(tmp_path / "b.db", readonly=True) as bank:
+def test_readonly_bank(bank_at: Callable[[str], str]) -> None:
+    vector_bank(bank_at("b"), n=3, dim=4)
+    with MemoryBank(bank_at("b"), readonly=True) as bank:
         assert bank.count() == 3
         with pytest.raises(MemrlError, match="opened read-only"):
             bank.reward(1.0, memory_ids=[1])
 
 
-def test_metadata_json_round_trips(tmp_path: Path) -> None:
-    with MemoryBank(tmp_path / "b.db", "external:t:4") as bank:
+def test_metadata_json_round_trips(bank_at: Callable[[str], str]) -> None:
+    with MemoryBank(bank_at("b"), "external:t:4") as bank:
         meta = {"nested": {"list": [1, 2.5, "ü"]}, "flag": True}
         mid = bank.ingest("a", "b", vector=[0, 0, 1, 0], metadata=meta).id
         stored = bank.conn.execute("SELECT metadata FROM memories WHERE id = ?", (mid,)).fetchone()[0]
         assert json.loads(stored) == meta == memory_view(bank, mid)["metadata"]
+
+
+def test_an_engine_index_asked_for_on_a_new_bank_covers_every_memory(bank_at: Callable[[str], str]) -> None:
+    location = bank_at("b")
+    kind = "hnsw" if location.startswith("postgresql://") else "vec"
+    vectors = unit(np.random.default_rng(3), 10, 8)
+    with MemoryBank(location, "external:test:8", index=kind) as bank:
+        bank.ingest_many([{"intent": f"task {i}", "experience": f"did {i}", "vector": v.tolist()}
+                          for i, v in enumerate(vectors)])
+        info = bank.store.index_info()
+        assert info["kind"] == kind and info.get("indexed", 10) == 10
+        hit = bank.retrieve("q", RetrieveParams(k1=3, k2=1, threshold=-1.0), vector=vectors[4].tolist(), record=False)
+        assert hit.memories[0]["intent"] == "task 4" and hit.memories[0]["similarity"] == pytest.approx(1.0, abs=1e-6)
+        assert verify(bank)["ok"]

@@ -1,27 +1,33 @@
-"""The `memrl` command line, run as real subprocesses: JSON contracts, errors, exit codes."""
+"""The `memrl` command line, run as real subprocesses: JSON contracts, errors, exit codes.
+
+Tests that take `bank_at` (or the `bank` fixture) run on SQLite and on PostgreSQL, with the bank
+given as `--db PATH|URL` or `MEMRL_DB`; the rest are about the SQLite file and sqlite-vec.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memrl_cli.bank import MemoryBank
+from memrl_cli.errors import MemrlError
 
 MEMORY_KEYS = {"id", "intent", "experience", "outcome", "similarity", "q", "score"}
 
 
-def memrl(db: Path | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+def memrl(db: str | Path | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
           ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `python -m memrl_cli ARGS --db DB`; with `ok`, require exit code 0."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("MEMRL_DB", None)
+    """Run `python -m memrl_cli ARGS --db DB` (MEMRL_DB only when `env` sets it); with `ok`, require exit code 0."""
+    full_env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"} | (env or {})
     command = [sys.executable, "-m", "memrl_cli", *args] + (["--db", str(db)] if db is not None else [])
     done = subprocess.run(command, input=stdin, capture_output=True, text=True, env=full_env, timeout=120)
     if ok:
@@ -46,12 +52,12 @@ def error_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def table_state(db: Path) -> tuple:
+def table_state(db: str) -> tuple:
     """Everything a failed command must not change."""
-    with sqlite3.connect(db) as conn:
-        return (conn.execute("SELECT id, q, visits, intent FROM memories ORDER BY id").fetchall(),
-                conn.execute("SELECT count(*) FROM rewards").fetchone()[0],
-                conn.execute("SELECT count(*) FROM retrievals").fetchone()[0])
+    with MemoryBank(db, create=False) as bank:
+        return ([tuple(r) for r in bank.conn.execute("SELECT id, q, visits, intent FROM memories ORDER BY id")],
+                bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0],
+                bank.conn.execute("SELECT count(*) FROM retrievals").fetchone()[0])
 
 
 LINES = [{"intent": "heat an apple in the microwave", "experience": "take apple; microwave 1; heat",
@@ -62,21 +68,30 @@ LINES = [{"intent": "heat an apple in the microwave", "experience": "take apple;
 
 
 @pytest.fixture
-def bank(tmp_path: Path) -> Path:
+def bank(bank_at: Callable[[str], str]) -> str:
     """A bank with four memories (local embedder), made in-process to keep the suite fast."""
+    db = bank_at("cli")
+    with MemoryBank(db) as made:
+        made.ingest_many(LINES)
+    return db
+
+
+@pytest.fixture
+def sqlite_bank(tmp_path: Path) -> Path:
+    """The `bank` fixture's memories in a SQLite file, for tests of the file and sqlite-vec."""
     db = tmp_path / "cli.db"
     with MemoryBank(db) as made:
         made.ingest_many(LINES)
     return db
 
 
-def test_ingest_jsonl_from_stdin(tmp_path: Path) -> None:
-    done = memrl(tmp_path / "new.db", "ingest", "--jsonl", "-", "--json",
+def test_ingest_jsonl_from_stdin(bank_at: Callable[[str], str]) -> None:
+    done = memrl(bank_at("new"), "ingest", "--jsonl", "-", "--json",
                  stdin="".join(json.dumps(x) + "\n" for x in LINES))
     assert as_json(done) == {"created": 4, "duplicates": 0, "ids": [1, 2, 3, 4]}
 
 
-def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None:
+def test_ingest_retrieve_reward_inspect_flow(bank: str, tmp_path: Path) -> None:
     single = memrl(bank, "ingest", "--intent", "warm up some milk", "--experience", "use the microwave",
                    "--outcome", "failure", "--task-id", "t-7", "--json")
     assert as_json(single) == {"id": 5, "created": True} and single.stderr == ""
@@ -84,7 +99,8 @@ def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None
     assert as_json(duplicate) == {"id": 5, "created": False}
     jsonl = tmp_path / "more.jsonl"
     jsonl.write_text(json.dumps({"intent": "wash a plate", "experience": "sink", "task_id": 12}) + "\n\n")
-    assert as_json(memrl(bank, "ingest", "--jsonl", str(jsonl), "--json"))["ids"] == [6]
+    [washed] = as_json(memrl(bank, "ingest", "--jsonl", str(jsonl), "--json"))["ids"]
+    assert washed > 5  # ids are not dense on PostgreSQL: the duplicate above used up a sequence value
 
     found = memrl(bank, "retrieve", "heat an apple", "--k1", "4", "--k2", "3", "--lambda", "0.5",
                   "--threshold", "-1", "--epsilon", "0", "--json")
@@ -95,7 +111,8 @@ def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None
     scores = [m["score"] for m in hit["memories"]]
     assert scores == sorted(scores, reverse=True)
     assert hit["memories"][0]["id"] == 1 and hit["memories"][0]["outcome"] == "success"
-    with sqlite3.connect(bank) as conn:  # full float precision: JSON equals the stored doubles
+    with MemoryBank(bank, create=False) as reader:  # full float precision: JSON equals the stored doubles
+        conn = reader.conn
         stored = dict(conn.execute("SELECT memory_id, similarity FROM retrieval_candidates WHERE retrieval_id = ?",
                                    (hit["retrieval_id"],)).fetchall())
         params = json.loads(conn.execute("SELECT params FROM retrievals WHERE id = ?",
@@ -103,8 +120,8 @@ def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None
     assert all(m["similarity"] == stored[m["id"]] for m in hit["memories"])
     assert params["epsilon"] == 0.0 and params["threshold"] == -1.0
 
-    rewarded = as_json(memrl(bank, "reward", "--retrieval", str(hit["retrieval_id"]), "--reward", "1",
-                             "--alpha", "0.25", "--json"))
+    rewarded = as_json(memrl(None, "reward", "--retrieval", str(hit["retrieval_id"]), "--reward", "1",
+                             "--alpha", "0.25", "--json", env={"MEMRL_DB": bank}))
     assert rewarded == {"updated": [{"id": m["id"], "q_before": 0.0, "q_after": 0.25} for m in hit["memories"]]}
     before = table_state(bank)
     again = memrl(bank, "reward", "--retrieval", str(hit["retrieval_id"]), "--reward", "1", ok=False)
@@ -113,12 +130,12 @@ def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None
     repeat = as_json(memrl(bank, "reward", "--retrieval", str(hit["retrieval_id"]), "--reward", "-1",
                            "--allow-repeat", "--json"))
     assert [u["q_after"] for u in repeat["updated"]] == [0.25 + 0.3 * (-1 - 0.25)] * 3
-    single_reward = as_json(memrl(bank, "reward", "--memory", "6", "--reward", "0.7", "--json"))
-    assert single_reward == {"updated": [{"id": 6, "q_before": 0.0, "q_after": 0.3 * 0.7}]}
+    single_reward = as_json(memrl(bank, "reward", "--memory", str(washed), "--reward", "0.7", "--json"))
+    assert single_reward == {"updated": [{"id": washed, "q_before": 0.0, "q_after": 0.3 * 0.7}]}
 
-    top = as_json(memrl(bank, "inspect", "--top-q", "2", "--json"))["memories"]
+    top = as_json(memrl(None, "inspect", "--top-q", "2", "--json", env={"MEMRL_DB": bank}))["memories"]
     unrewarded = min(set(range(1, 6)) - {m["id"] for m in hit["memories"]})
-    assert [(m["id"], m["q"], m["visits"]) for m in top] == [(6, 0.3 * 0.7, 1), (unrewarded, 0.0, 0)]
+    assert [(m["id"], m["q"], m["visits"]) for m in top] == [(washed, 0.3 * 0.7, 1), (unrewarded, 0.0, 0)]
     assert top[0]["task_id"] == "12"
     stats = as_json(memrl(bank, "inspect", "--stats", "--json"))
     assert stats["count"] == 6 and stats["rewards"] == 7 and stats["embedder"]["spec"] == "local"
@@ -142,19 +159,19 @@ def test_ingest_retrieve_reward_inspect_flow(bank: Path, tmp_path: Path) -> None
     (["retrieve", "apple", "--k1", "abc"], "Invalid value for '--k1'"),
     (["inspect", "--memory", "99"], "unknown memory id 99"),
 ])
-def test_errors_are_one_line_and_change_nothing(bank: Path, args: list[str], message: str) -> None:
+def test_errors_are_one_line_and_change_nothing(bank: str, args: list[str], message: str) -> None:
     before = table_state(bank)
     assert message in error_line(memrl(bank, *args, ok=False))
     assert table_state(bank) == before
 
 
-def test_json_errors_go_to_stdout_as_json(bank: Path) -> None:
+def test_json_errors_go_to_stdout_as_json(bank: str) -> None:
     done = memrl(bank, "reward", "--memory", "1", "--reward", "nan", "--json", ok=False)
     assert done.returncode == 1
     assert as_json(done)["error"]["type"] == "MemrlError"
 
 
-def test_jsonl_with_a_bad_line_names_it_and_writes_nothing(bank: Path, tmp_path: Path) -> None:
+def test_jsonl_with_a_bad_line_names_it_and_writes_nothing(bank: str, tmp_path: Path) -> None:
     before = table_state(bank)
     lines = [json.dumps({"intent": f"new task {i}", "experience": "x"}) for i in range(5)]
     for bad, message in (('{"intent": "broken"', "line 3: invalid JSON"),
@@ -166,15 +183,17 @@ def test_jsonl_with_a_bad_line_names_it_and_writes_nothing(bank: Path, tmp_path:
     assert table_state(bank) == before
 
 
-def test_missing_bank_and_embedder_mismatch(bank: Path, tmp_path: Path) -> None:
-    absent = memrl(tmp_path / "absent.db", "retrieve", "apple", ok=False)
-    assert "no bank at" in error_line(absent)
-    assert not (tmp_path / "absent.db").exists()
+def test_missing_bank_and_embedder_mismatch(bank: str, bank_at: Callable[[str], str]) -> None:
+    absent = bank_at("absent")  # SQLite: no file; PostgreSQL: an empty database
+    assert re.search("no (memrl )?bank at", error_line(memrl(absent, "retrieve", "apple", ok=False)))
+    with pytest.raises(MemrlError, match="no (memrl )?bank at"):  # the failed command created nothing
+        MemoryBank(absent, create=False)
     other = memrl(bank, "ingest", "--intent", "a", "--experience", "b", "--embedder", "openai:some-model", ok=False)
     assert "made with embedder 'local', not 'openai:some-model'" in error_line(other)
 
 
-def test_opt_in_vec_index_and_the_numpy_fallback_agree(bank: Path) -> None:
+def test_opt_in_vec_index_and_the_numpy_fallback_agree(sqlite_bank: Path) -> None:
+    bank = sqlite_bank
     args = ["retrieve", "warm an apple", "--threshold", "0", "--json"]
     scanned = memrl(bank, *args, "--no-record")
     built = as_json(memrl(bank, "doctor", "--index", "vec", "--json"))
@@ -195,7 +214,8 @@ def test_opt_in_vec_index_and_the_numpy_fallback_agree(bank: Path) -> None:
                                                                      abs=1e-6)
 
 
-def test_untrusted_and_newer_banks_are_refused(bank: Path) -> None:
+def test_untrusted_and_newer_banks_are_refused(sqlite_bank: Path) -> None:
+    bank = sqlite_bank
     with sqlite3.connect(bank) as conn:
         conn.execute("CREATE VIEW winners AS SELECT * FROM memories WHERE q > 0")
     viewed = memrl(bank, "inspect", "--stats", "--json")
@@ -211,7 +231,8 @@ def test_untrusted_and_newer_banks_are_refused(bank: Path) -> None:
 
 
 @pytest.mark.slow
-def test_export_import_merge_backup_calibrate_doctor(bank: Path, tmp_path: Path) -> None:
+def test_export_import_merge_backup_calibrate_doctor(sqlite_bank: Path, tmp_path: Path) -> None:
+    bank = sqlite_bank
     hit = as_json(memrl(bank, "retrieve", "heat an apple", "--threshold", "0", "--json"))
     memrl(bank, "reward", "--retrieval", str(hit["retrieval_id"]), "--reward", "1")
     exported = tmp_path / "bank.jsonl"

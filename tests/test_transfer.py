@@ -1,4 +1,8 @@
-"""Moving memories: JSONL export/import round trips, merging banks, and online backup."""
+"""Moving memories: JSONL export/import round trips, merging banks, and online backup.
+
+Tests that take `bank_at` run on SQLite and on PostgreSQL (tests/conftest.py); backup and the
+merge's staging files are SQLite's own. Moves between engines are in tests/test_postgres.py.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +22,7 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.inspection import memory as memory_view
 from memrl_cli.inspection import verify
 from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.transfer import backup, export_jsonl, import_jsonl, merge, parse_ingest_lines
+from memrl_cli.transfer import backup, export_jsonl, import_jsonl, merge, parse_ingest_lines, read_export
 
 INTENTS = ["heat an apple in the microwave", "cool a tomato in the fridge", "wash a plate in the sink",
            "put two pillows on the sofa", "examine the book under the lamp", "slice bread with a knife"]
@@ -26,9 +31,9 @@ FIELDS = ("intent", "experience", "outcome", "task_id", "source", "metadata", "q
 LEDGER = ("kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at", "source")
 
 
-def learned_bank(path: Path, intents: list[str] = INTENTS, rewards: int = 3) -> None:
+def learned_bank(location: str, intents: list[str] = INTENTS, rewards: int = 3) -> None:
     """A local-embedder bank with memories, receipts, rewards (some floored) and a `set` row."""
-    with MemoryBank(path) as bank:
+    with MemoryBank(location) as bank:
         bank.ingest_many([{"intent": t, "experience": f"steps for {t}", "outcome": "success" if i % 2 else "failure",
                            "task_id": f"t{i}", "metadata": {"n": i}} for i, t in enumerate(intents)])
         for r in range(rewards):
@@ -37,35 +42,35 @@ def learned_bank(path: Path, intents: list[str] = INTENTS, rewards: int = 3) -> 
         bank.set_q(1, 0.42, "manual")
 
 
-def snapshot(path: Path) -> dict[str, dict]:
-    """Every memory (by intent) with its fields, vector bytes and ledger."""
-    with MemoryBank(path) as bank:
+def snapshot(location: str) -> dict[str, dict]:
+    """Every memory (by intent) with its fields, float32 vector and ledger."""
+    with MemoryBank(location) as bank:
         out = {}
         for (mid,) in bank.conn.execute("SELECT id FROM memories").fetchall():
             row = memory_view(bank, mid)
             blob = bank.conn.execute("SELECT embedding FROM memories WHERE id = ?", (mid,)).fetchone()[0]
-            out[row["intent"]] = {**{k: row[k] for k in FIELDS}, "vector": np.frombuffer(blob, dtype="<f4"),
+            out[row["intent"]] = {**{k: row[k] for k in FIELDS}, "vector": bank.store.decode([blob])[0],
                                   "ledger": [{k: r[k] for k in LEDGER} for r in row["ledger"]]}
         return out
 
 
 @pytest.mark.parametrize("vectors", [True, False])
-def test_export_import_round_trip(tmp_path: Path, vectors: bool) -> None:
-    learned_bank(tmp_path / "a.db")
+def test_export_import_round_trip(bank_at: Callable[[str], str], vectors: bool) -> None:
+    learned_bank(bank_at("a"))
     buffer = io.StringIO()
-    with MemoryBank(tmp_path / "a.db") as bank:
+    with MemoryBank(bank_at("a")) as bank:
         assert export_jsonl(bank, buffer, vectors=vectors) == len(INTENTS)
     lines = buffer.getvalue().splitlines()
     header = json.loads(lines[0])
     assert header["memrl_export"] == 1 and header["embedder"]["spec"] == "local" and header["vectors"] is vectors
     assert ("vector" in json.loads(lines[1])) is vectors
-    with MemoryBank(tmp_path / "b.db") as copy:
+    with MemoryBank(bank_at("b")) as copy:
         counts = import_jsonl(copy, io.BytesIO(buffer.getvalue().encode()))
         assert counts == {"created": len(INTENTS), "duplicates": 0, "merged": 0}
         assert verify(copy)["ok"]
         again = import_jsonl(copy, io.BytesIO(buffer.getvalue().encode()))
         assert again == {"created": 0, "duplicates": len(INTENTS), "merged": 0}
-    before, after = snapshot(tmp_path / "a.db"), snapshot(tmp_path / "b.db")
+    before, after = snapshot(bank_at("a")), snapshot(bank_at("b"))
     assert before.keys() == after.keys()
     assert sum(len(m["ledger"]) for m in before.values()) >= 7
     for intent, mem in before.items():
@@ -78,15 +83,15 @@ def test_export_import_round_trip(tmp_path: Path, vectors: bool) -> None:
             assert float(got["vector"] @ mem["vector"]) > 0.9999
 
 
-def test_import_from_another_embedder_re_embeds(tmp_path: Path) -> None:
+def test_import_from_another_embedder_re_embeds(bank_at: Callable[[str], str]) -> None:
     rng = np.random.default_rng(0)
-    with MemoryBank(tmp_path / "ext.db", "external:mine:16") as bank:
+    with MemoryBank(bank_at("ext"), "external:mine:16") as bank:
         for t in INTENTS[:3]:
             bank.ingest(t, "x", vector=rng.normal(size=16).tolist())
         bank.reward(1.0, memory_ids=[2])
         buffer = io.StringIO()
         export_jsonl(bank, buffer, vectors=True)
-    with MemoryBank(tmp_path / "local.db") as local:
+    with MemoryBank(bank_at("local")) as local:
         assert import_jsonl(local, io.BytesIO(buffer.getvalue().encode()))["created"] == 3
         assert local.dim == 384 and verify(local)["ok"]
         hit = local.retrieve("warm an apple using the microwave", RetrieveParams(k2=1, threshold=0.0), record=False)
@@ -94,9 +99,9 @@ def test_import_from_another_embedder_re_embeds(tmp_path: Path) -> None:
         assert memory_view(local, 2)["q"] == pytest.approx(0.3)
 
 
-def test_import_with_a_bad_line_writes_nothing(tmp_path: Path) -> None:
+def test_import_with_a_bad_line_writes_nothing(bank_at: Callable[[str], str]) -> None:
     good = [json.dumps({"intent": t, "experience": "x"}) for t in INTENTS[:4]]
-    with MemoryBank(tmp_path / "b.db") as bank:
+    with MemoryBank(bank_at("b")) as bank:
         for bad, message in (("{not json", "line 3: invalid JSON"),
                              (json.dumps({"intent": "a"}), "line 3: experience must be a non-empty string"),
                              (json.dumps({"intent": "a", "experience": "b", "visits": -1}),
@@ -111,12 +116,12 @@ def test_import_with_a_bad_line_writes_nothing(tmp_path: Path) -> None:
             import_jsonl(bank, io.BytesIO(b'{"memrl_export": 9}\n'))
 
 
-def test_merge_reconciles_duplicates_and_keeps_both_ledgers(tmp_path: Path) -> None:
-    a, b, c = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "c.db"
+def test_merge_reconciles_duplicates_and_keeps_both_ledgers(bank_at: Callable[[str], str]) -> None:
+    a, b, c = bank_at("a"), bank_at("b"), bank_at("c")
     learned_bank(a, INTENTS[:4], rewards=3)
     learned_bank(b, INTENTS[2:], rewards=4)
     before_a, before_b = snapshot(a), snapshot(b)
-    counts = merge(str(a), str(b), str(c))
+    counts = merge(a, b, c)
     assert counts == {"created": 2, "duplicates": 0, "merged": 2}
     merged = snapshot(c)
     assert sorted(merged) == sorted(INTENTS)
@@ -137,16 +142,18 @@ def test_merge_reconciles_duplicates_and_keeps_both_ledgers(tmp_path: Path) -> N
     for intent in INTENTS[4:]:
         assert merged[intent]["ledger"] == before_b[intent]["ledger"]
         assert merged[intent]["q"] == before_b[intent]["q"]
-    with pytest.raises(MemrlError, match="exists; merge writes a new bank"):
-        merge(str(a), str(b), str(c))
+    with pytest.raises(MemrlError, match="merge writes a new bank"):  # SQLite: the file exists; PostgreSQL: not empty
+        merge(a, b, c)
 
 
-def test_merge_refuses_different_embedders(tmp_path: Path) -> None:
-    learned_bank(tmp_path / "a.db", INTENTS[:2], rewards=0)
-    with MemoryBank(tmp_path / "b.db", "external:x:8") as bank:
+def test_merge_refuses_different_embedders(bank_at: Callable[[str], str]) -> None:
+    learned_bank(bank_at("a"), INTENTS[:2], rewards=0)
+    with MemoryBank(bank_at("b"), "external:x:8") as bank:
         bank.ingest("a", "b", vector=[1.0] * 8)
     with pytest.raises(MemrlError, match="cannot merge banks made with different embedders"):
-        merge(str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "c.db"))
+        merge(bank_at("a"), bank_at("b"), bank_at("c"))
+    with pytest.raises(MemrlError, match="no (memrl )?bank"):  # the output was not even created
+        MemoryBank(bank_at("c"), create=False)
 
 
 WRITER = """
@@ -192,10 +199,45 @@ def test_backup_while_another_process_writes(tmp_path: Path) -> None:
         assert verify(bank)["ledger_rows"] == 400
 
 
-def test_import_refuses_a_ledger_that_does_not_replay_to_q(tmp_path: Path) -> None:
+REWARDER = """
+import os, sys
+from memrl_cli.bank import MemoryBank
+bank, stop, i = MemoryBank(sys.argv[1]), sys.argv[2], 0
+while not os.path.exists(stop):
+    bank.reward(1.0 if i % 2 else -1.0, memory_ids=[1 + i % 5])
+    i += 1
+    if i == 1:
+        print("writing", flush=True)
+"""
+
+
+def test_export_and_verify_while_another_process_rewards(bank_at: Callable[[str], str], tmp_path: Path) -> None:
+    """Each export (and each verify) reads one state of the bank: its Q values replay its ledgers."""
+    path = bank_at("live")
+    with MemoryBank(path, "external:t:4") as bank:
+        bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": [1.0, i, 0.0, 1.0]} for i in range(5)])
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", REWARDER, path, str(stop)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n", writer.communicate()
+        with MemoryBank(path) as bank:
+            for _ in range(50):
+                buffer = io.StringIO()
+                export_jsonl(bank, buffer)
+                read_export(io.BytesIO(buffer.getvalue().encode()))  # raises if a Q is not its ledger's replay
+                report = verify(bank)
+                assert report["ok"], report["problems"]
+    finally:
+        stop.touch()
+        _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+
+
+def test_import_refuses_a_ledger_that_does_not_replay_to_q(bank_at: Callable[[str], str]) -> None:
     line = {"intent": "heat an egg", "experience": "SCRIPT: microwave", "q": 0.9, "q_init": 0.0,
             "ledger": [{"kind": "reward", "reward": 1.0, "alpha": 0.3, "q_floor": None, "q_before": 0.0, "q_after": 0.3}]}
-    with MemoryBank(tmp_path / "bank.db", "external:test:3") as bank:
+    with MemoryBank(bank_at("bank"), "external:test:3") as bank:
         with pytest.raises(MemrlError, match="line 1: q is not the replay"):
             import_jsonl(bank, io.BytesIO(json.dumps(line).encode()))
         line["q"] = 0.3
