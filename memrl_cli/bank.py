@@ -301,6 +301,10 @@ class MemoryBank:
     def _set_meta(self, key: str, value: Any) -> None:
         self.store.set_meta(key, value)
 
+    def _has_memories(self) -> bool:
+        """Whether the bank holds a memory (cheaper than `count()` where nothing is cached)."""
+        return self._cached("any", lambda: self.conn.execute("SELECT 1 FROM memories LIMIT 1").fetchone() is not None)
+
     def count(self) -> int:
         """Number of memories."""
         return self._cached("count", lambda: int(self.conn.execute("SELECT count(*) FROM memories").fetchone()[0]))
@@ -573,7 +577,7 @@ class MemoryBank:
             else (params.sim_mean, params.sim_std)  # the receipt records the statistics actually used
         rows: dict[int, tuple] = {}
         cache: tuple[str, np.ndarray] | None = None
-        if self.count():
+        if self._has_memories():
             if vector is None:  # a repeated query text skips the embedding model (the receipt's write fills the cache)
                 query_vec, key = self._embed_query(query)
                 cache = (key, query_vec) if key else None

@@ -319,6 +319,9 @@ class PostgresStore(Store):
 
     def prepare_vectors(self, dim: int) -> None:
         self.conn.execute(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({int(dim)})")
+        # Keep vectors in the row: out of line (pgvector's default past ~2 KB rows), every distance of an
+        # exact search costs a lookup in the TOAST table (4x slower at 100k memories).
+        self.conn.execute("ALTER TABLE memories ALTER COLUMN embedding SET STORAGE MAIN")
 
     def index_info(self) -> dict[str, Any]:
         recorded = self.meta("index") or {}
@@ -343,9 +346,8 @@ class PostgresStore(Store):
     def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
         """`mode` exact adds 0 to the distance, which the HNSW index cannot serve: a scan, always exact."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
-        order = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
-        query = self.encode(vector)
-        rows = self.conn.execute(f"SELECT id, embedding <=> ? FROM memories ORDER BY {order} LIMIT ?",
-                                 (query, query, k)).fetchall()
+        distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
+        rows = self.conn.execute(f"SELECT id, {distance} AS d FROM memories ORDER BY d LIMIT ?",
+                                 (self.encode(vector), k)).fetchall()
         return (np.array([r[0] for r in rows], dtype=np.int64),
                 1.0 - np.array([r[1] for r in rows], dtype=np.float64))

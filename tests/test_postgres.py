@@ -469,3 +469,12 @@ def test_an_altered_index_setting_is_refused(pg_dsn: str, value: str) -> None:
         bank.conn.execute("INSERT INTO meta (key, value) VALUES ('index', ?)", (value,))
     with pytest.raises(MemrlError, match="refusing to open this bank: its meta value 'index'"):
         MemoryBank(pg_dsn)
+
+
+def test_vectors_are_kept_in_the_row(pg_dsn: str) -> None:
+    """Out-of-line (TOAST) vectors made exact search 4x slower at 100k (benchmarks/perf/pg_perf.py)."""
+    with MemoryBank(pg_dsn, EMBEDDER) as bank:
+        bank.ingest("a", "b" * 3000, vector=normalise(np.ones(DIM))[0].tolist())
+        storage, typmod = bank.conn.execute("SELECT attstorage, atttypmod FROM pg_attribute WHERE attrelid = "
+                                            "'memories'::regclass AND attname = 'embedding'").fetchone()
+        assert (storage, typmod) == ("m", DIM)

@@ -2,14 +2,16 @@
 
 Measures, on synthetic 384-d embeddings (so no embedding time is counted unless stated):
 - retrieve latency (p50/p99 of Phase A + Phase B, query vector given, no receipt) for
-  index=numpy, bit and vec, against a numpy flat scan (`matrix @ q` + argpartition over the same
+  index=numpy (what a bank made by default uses), bit and vec (the opt-in sqlite-vec index, built
+  for this and timed), against a numpy flat scan (`matrix @ q` + argpartition over the same
   float32 vectors, in this process), timed interleaved query by query so that load from other
   jobs hits both alike; recall@k1 of each index against exact search;
 - reward throughput: `reward_many` in batches and `memrl reward --jsonl` (whole process),
   against a bare SQLite `UPDATE` of Q on the same file;
 - ingest throughput with given vectors (against a bare SQLite insert of the same rows) and with
-  the local embedder (against the embedder's own batch throughput);
-- bank size after VACUUM against text bytes + 4·d·N, with and without the sqlite-vec index.
+  the local embedder (against the embedder's own batch throughput, in interleaved rounds);
+- bank size after VACUUM against text bytes + 4·d·N, as made by default (no sqlite-vec index) and
+  with the opt-in sqlite-vec index.
 
 The vectors are clustered like sentence embeddings (a shared direction, clusters of ~20 related
 intents; mean cosine between random memories ≈ 0.26) and queries are near a stored intent
@@ -99,10 +101,11 @@ def records(vectors: np.ndarray, start: int) -> Iterator[dict[str, Any]]:
         yield {"intent": intent, "experience": experience, "vector": v}
 
 
-def build_bank(path: Path, vectors: np.ndarray) -> float:
-    """Ingest `vectors` (with texts) in chunks of 5,000 through `ingest_many`; return memories per second."""
+def build_bank(location: str | Path, vectors: np.ndarray) -> float:
+    """Ingest `vectors` (with texts) in chunks of 5,000 through `ingest_many` into a new bank (a SQLite
+    path or a PostgreSQL URL); return memories per second."""
     elapsed = 0.0
-    with MemoryBank(path, f"external:perf:{vectors.shape[1]}") as bank:
+    with MemoryBank(location, f"external:perf:{vectors.shape[1]}") as bank:
         for lo in range(0, len(vectors), CHUNK):
             batch = list(records(vectors[lo:lo + CHUNK], lo))  # building the dicts is the caller's cost
             start = time.perf_counter()
@@ -191,35 +194,27 @@ def bit_recall_random(rng: np.random.Generator, n: int, queries: int, k1: int) -
 
 
 def measure_size(path: Path, folder: Path) -> dict[str, Any]:
-    """Bytes of the bank after VACUUM, with and without the sqlite-vec index, against text + 4·d·N."""
+    """Bytes of the bank after `VACUUM INTO` a copy, against text bytes + 4·d·N."""
     conn = sqlite3.connect(path)
     n, text = conn.execute("SELECT count(*), sum(length(CAST(intent AS BLOB)) + length(CAST(experience AS BLOB))) "
                            "FROM memories").fetchone()
     dim = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()[0])["dim"]
     conn.close()
-    floor = text + 4 * dim * n
-    sizes = {}
     copy = folder / "size.db"
     with MemoryBank(path) as bank:
         bank.conn.execute("VACUUM INTO ?", (str(copy),))
-    sizes["with_vec_index"] = os.path.getsize(copy)
-    with MemoryBank(copy) as bank:  # sqlite-vec must be loaded to drop its table
-        bank.conn.execute("DROP TABLE memory_index")
-        bank.conn.execute("VACUUM")
-    sizes["without_vec_index"] = os.path.getsize(copy)
-    for leftover in folder.glob("size.db*"):
-        leftover.unlink()
-    return {"memories": n, "dim": dim, "text_bytes": text, "floor_bytes": floor,
-            **{f"{k}_bytes": v for k, v in sizes.items()},
-            **{f"{k}_ratio": v / floor for k, v in sizes.items()},
-            "bytes_per_memory": sizes["with_vec_index"] / n}
+    size = os.path.getsize(copy)
+    copy.unlink()
+    floor = text + 4 * dim * n
+    return {"memories": n, "dim": dim, "text_bytes": text, "floor_bytes": floor, "bytes": size,
+            "ratio": size / floor, "bytes_per_memory": size / n}
 
 
-def measure_rewards(folder: Path, source: Path, batches: int, batch_size: int, cli_rewards: int,
+def measure_rewards(folder: Path, batches: int, batch_size: int, cli_rewards: int,
                     rng: np.random.Generator) -> dict[str, Any]:
-    """Ledgered Q updates per second: `reward_many` batches, `memrl reward --jsonl`, bare SQLite UPDATEs."""
+    """Ledgered Q updates per second on `folder/rewards.db`: `reward_many` batches, `memrl reward --jsonl`,
+    bare SQLite UPDATEs."""
     path = folder / "rewards.db"
-    shutil.copy(source, path)
     with MemoryBank(path) as bank:
         n = bank.count()
     total = max(batches * batch_size, cli_rewards)
@@ -252,30 +247,47 @@ def measure_rewards(folder: Path, source: Path, batches: int, batch_size: int, c
     return out
 
 
-def measure_embedded_ingest(folder: Path, n: int) -> dict[str, Any]:
-    """Ingest with the local embedder against the embedder's own batch throughput on the same texts."""
-    texts = [memory_text(i) for i in range(n)]
+def measure_embedded_ingest(folder: Path, n: int, rounds: int) -> dict[str, Any]:
+    """Ingest with the local embedder against the embedder's own batch throughput on the same texts.
+
+    `rounds` rounds of `n` new texts, each timing the embedder alone and `ingest_many` on them, in
+    alternating order (so that a drift in machine load favours neither); the share is the median
+    of the rounds' ratios.
+    """
     embedder = get_embedder("local")
-    embedder.embed([t[0] for t in texts[:32]])  # warm up
-    start = time.perf_counter()
-    embedder.embed([t[0] for t in texts])
-    embed_rate = n / (time.perf_counter() - start)
+    embedder.embed([memory_text(i)[0] for i in range(64)])  # warm up: the first runs are slower
+    samples: dict[str, list[float]] = {"embedder": [], "ingest": []}
+    shares = []
     with MemoryBank(folder / "embedded.db") as bank:
         bank.ingest("warm-up task", "warm-up experience")  # records the fingerprint: not part of the rate
-        start = time.perf_counter()
-        bank.ingest_many([{"intent": i, "experience": e} for i, e in texts])
-        rate = n / (time.perf_counter() - start)
-    return {"texts": n, "embedder_only_per_s": embed_rate, "ingest_local_per_s": rate}
+        for r in range(rounds):
+            texts = [memory_text(i) for i in range(r * n, (r + 1) * n)]
+            seconds = {}
+            for kind in ("embedder", "ingest") if r % 2 == 0 else ("ingest", "embedder"):
+                start = time.perf_counter()
+                if kind == "embedder":
+                    embedder.embed([intent for intent, _ in texts])
+                else:
+                    bank.ingest_many([{"intent": i, "experience": e} for i, e in texts])
+                seconds[kind] = time.perf_counter() - start
+                samples[kind].append(n / seconds[kind])
+            shares.append(seconds["embedder"] / seconds["ingest"])
+    return {"texts": n, "rounds": rounds, "embedder_only_per_s": float(np.median(samples["embedder"])),
+            "ingest_local_per_s": float(np.median(samples["ingest"])), "share": float(np.median(shares)),
+            "samples_per_s": samples, "shares": shares}
 
 
 def measure(sizes: list[int], queries: int, folder: Path, params: RetrieveParams, seed: int = 0,
-            embed_texts: int = 500, rewards: tuple[int, int, int] = (20, 1000, 20_000),
+            embed: tuple[int, int] = (512, 6), rewards: tuple[int, int, int] = (20, 1000, 20_000),
             progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
-    """Every bank figure; the largest size is the one used for rewards and bank size."""
+    """Every bank figure; the largest size is the one used for rewards and bank size.
+
+    Banks are made as by default (no sqlite-vec index); the opt-in sqlite-vec index is then built
+    on each (timed) for its retrieve figures, and the largest bank's size is measured before and after.
+    """
     rng = np.random.default_rng(seed)
     results: dict[str, Any] = {"dim": DIM, "k1": params.k1, "k2": params.k2, "threshold": params.threshold,
                                "sizes": []}
-    path = None
     for n in sizes:
         progress(f"building a bank of {n} memories")
         vectors = clustered_vectors(rng, n)
@@ -283,20 +295,27 @@ def measure(sizes: list[int], queries: int, folder: Path, params: RetrieveParams
         entry: dict[str, Any] = {"size": n, "ingest_given_vectors_per_s": build_bank(path, vectors),
                                  "ingest_bare_sqlite_per_s": bare_insert(folder / f"bare_{n}.db", vectors)}
         (folder / f"bare_{n}.db").unlink()
+        if n == sizes[-1]:
+            progress("bank size, and a copy for rewards")
+            results["size"] = measure_size(path, folder)
+            shutil.copy(path, folder / "rewards.db")  # the bank as made by default, for the rewards
+        progress(f"building the opt-in sqlite-vec index on {n} memories")
+        with MemoryBank(path) as bank:
+            start = time.perf_counter()
+            bank.set_index("vec")
+            entry["vec_index_build_s"] = time.perf_counter() - start
+        if n == sizes[-1]:
+            results["size_with_vec_index"] = measure_size(path, folder)
         progress(f"retrieving from {n} memories")
         entry["retrieve"] = measure_retrieve(path, vectors, near_queries(rng, vectors, queries), params)
         entry["bit_recall_random_vectors"] = bit_recall_random(rng, n, min(queries, 100), params.k1)
         del vectors
         results["sizes"].append(entry)
-        if n != sizes[-1]:
-            path.unlink()
-    assert path is not None
-    progress("bank size")
-    results["size"] = measure_size(path, folder)
+        path.unlink()
     progress("rewards")
-    results["rewards"] = measure_rewards(folder, path, *rewards, rng=rng)
+    results["rewards"] = measure_rewards(folder, *rewards, rng=rng)
     progress("ingest with the local embedder")
-    results["embedded_ingest"] = measure_embedded_ingest(folder, embed_texts)
+    results["embedded_ingest"] = measure_embedded_ingest(folder, *embed)
     return results
 
 
@@ -304,14 +323,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="Bank sizes, comma-separated [10000,100000].")
     parser.add_argument("--queries", type=int, default=200, help="Retrievals timed per size and index [200].")
-    parser.add_argument("--embed-texts", type=int, default=500, help="Texts ingested with the local embedder [500].")
+    parser.add_argument("--embed-texts", type=int, default=512, help="Texts per round with the local embedder [512].")
+    parser.add_argument("--embed-rounds", type=int, default=6, help="Rounds with the local embedder [6].")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", default=None, help="Where to put the scratch banks [a temporary directory].")
     parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
         results = measure([int(n) for n in args.sizes.split(",")], args.queries, Path(scratch), RetrieveParams(),
-                          args.seed, args.embed_texts, progress=lambda m: print(m, file=sys.stderr))
+                          args.seed, (args.embed_texts, args.embed_rounds), progress=lambda m: print(m, file=sys.stderr))
     results["machine"] = {"python": platform.python_version(), "platform": platform.platform(),
                           "sqlite": sqlite3.sqlite_version}
     print(json.dumps(results, indent=2))

@@ -1,12 +1,14 @@
 """Cold start of the CLI: `memrl retrieve "..." --json` as a whole new process, on a bank made with `local`.
 
-Three figures, each the median of several runs, interleaved so that machine load hits them alike:
+Figures, each the median of several runs, interleaved so that machine load hits them alike:
 - a *new* query text each run: Python, the CLI, the bank, and the local embedding model
   (onnxruntime session + tokenizer + two model runs: the fingerprint probe and the query);
 - a *repeated* query text: its vector comes from the bank's query cache, so the model is not loaded;
+- both again on a second, identical bank with the opt-in sqlite-vec index (`set_index("vec")`),
+  which the CLI then searches instead of loading every vector into an in-process matrix;
 - the baselines `memrl --help` and `python -c pass`.
 
-The bank holds N memories with the local embedder's fingerprint and synthetic vectors (the
+The banks hold N memories with the local embedder's fingerprint and synthetic vectors (the
 vectors' values do not change the cost of a retrieve).
 
     python -m benchmarks.perf.cold_cli [--memories 10000] [--runs 7]
@@ -39,26 +41,34 @@ def wall(command: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def make_bank(path: Path, n: int) -> None:
-    """A bank with the local embedder's fingerprint and `n` memories."""
+def make_bank(path: Path, n: int, index: str | None = None) -> None:
+    """A bank with the local embedder's fingerprint and `n` memories (and the engine index `index`)."""
     vectors = clustered_vectors(np.random.default_rng(0), n)
     with MemoryBank(path, "local") as bank:
         for lo in range(0, n, 5000):
             bank.ingest_many(list(records(vectors[lo:lo + 5000], lo)))
+        if index:
+            bank.set_index(index)
 
 
 def measure(memories: int = 10_000, runs: int = 7, folder: Path | None = None) -> dict[str, Any]:
     """Median wall seconds of each command over `runs` interleaved rounds."""
+    repeated = "heat the apple and put it in the fridge"
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        db = Path(scratch) / "bank.db"
-        make_bank(db, memories)
-        retrieve = [*MEMRL, "retrieve", "--json", "--db", str(db)]
-        subprocess.run([*retrieve, "heat the apple and put it in the fridge"], check=True,
-                       stdout=subprocess.DEVNULL)  # fills the query cache; warms the page cache
-        times: dict[str, list[float]] = {"new_query": [], "repeated_query": [], "help": [], "python": []}
+        retrieve = {}
+        for prefix, index in (("", None), ("vec_", "vec")):
+            db = Path(scratch) / f"{prefix}bank.db"
+            make_bank(db, memories, index)
+            retrieve[prefix] = [*MEMRL, "retrieve", "--json", "--db", str(db)]
+            subprocess.run([*retrieve[prefix], repeated], check=True,
+                           stdout=subprocess.DEVNULL)  # fills the query cache; warms the page cache
+        times: dict[str, list[float]] = {f"{prefix}{kind}": [] for prefix in retrieve
+                                         for kind in ("new_query", "repeated_query")}
+        times |= {"help": [], "python": []}
         for i in range(runs):
-            times["new_query"].append(wall([*retrieve, f"clean the mug number {i} and put it on the shelf"]))
-            times["repeated_query"].append(wall([*retrieve, "heat the apple and put it in the fridge"]))
+            for prefix, command in retrieve.items():
+                times[f"{prefix}new_query"].append(wall([*command, f"clean the mug number {i} and put it on the shelf"]))
+                times[f"{prefix}repeated_query"].append(wall([*command, repeated]))
             times["help"].append(wall([*MEMRL, "--help"]))
             times["python"].append(wall([sys.executable, "-c", "pass"]))
     return {"memories": memories, "runs": runs, **{f"{k}_s": statistics.median(v) for k, v in times.items()},

@@ -1,0 +1,245 @@
+"""The PostgreSQL bank against the SQLite bank, in one run: concurrent rewards and KNN latency.
+
+Both banks hold the same N memories (default 100,000): the clustered 384-d vectors and typical
+texts of `bank_perf`, ingested through `ingest_many` in chunks of 5,000 (the ingest rates are
+reported too). Then:
+
+- **Rewards**: P processes (default 8) each apply R (default 500) ledgered rewards through
+  `MemoryBank.reward(...)`, one transaction each, all started together; in two modes, every
+  reward on one hot memory, and every reward on a random memory. Reported: updates per second
+  (all rewards over the span from the first worker's start to the last one's end), lost
+  updates (expected − Σ visits gained: must be 0), and `inspection.verify` (Q equals the replay
+  of its ledger for every memory). The same workload runs on the SQLite bank.
+- **KNN latency**: p50/p99 of `bank.retrieve(..., vector=q, record=False)` for PostgreSQL exact
+  search, PostgreSQL HNSW (built first: its build time is reported; recall@k1 against exact), the
+  SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed
+  interleaved query by query so that load from other jobs hits all alike; plus the engines' bare
+  KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL.
+
+The server is a throwaway `benchmarks.pg_server.LocalPostgres`, or the server at `--pg-url` /
+`MEMRL_PERF_PG_URL`: an admin `postgresql://` URL whose role may create databases (the run
+creates `memrl_perf_*` databases there and drops them at the end).
+
+    python -m benchmarks.perf.pg_perf [--memories 100000] [--queries 100] [--pg-url URL] [--out pg.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.perf.bank_perf import build_bank, clustered_vectors, near_queries, percentiles
+from memrl_cli.bank import MemoryBank
+from memrl_cli.inspection import verify
+from memrl_cli.retrieve import RetrieveParams
+
+MODES = ("hot", "random")
+ENGINES = ("postgresql", "sqlite")
+RETRIEVERS = ("pg_exact", "pg_hnsw", "sqlite_numpy", "sqlite_vec")
+
+
+@contextlib.contextmanager
+def server(url: str | None) -> Iterator[str]:
+    """An admin URL: the given one, else a throwaway local server's (stopped afterwards)."""
+    if url:
+        yield url
+        return
+    from benchmarks.pg_server import LocalPostgres
+
+    with LocalPostgres() as local:
+        yield local.dsn
+
+
+@contextlib.contextmanager
+def database(admin_url: str) -> Iterator[str]:
+    """A new database with pgvector on the server (dropped afterwards); yields its URL."""
+    from benchmarks.pg_server import create_database, drop_database
+
+    name = f"memrl_perf_{uuid.uuid4().hex[:8]}"
+    url = create_database(admin_url, name)
+    try:
+        yield url
+    finally:
+        drop_database(admin_url, name)
+
+
+def _reward_worker(location: str, jobs: list[tuple[int, float]], barrier: Any, out: Any) -> None:
+    """One process: open the bank, wait for the others, apply `jobs` one reward transaction each."""
+    errors: list[str] = []
+    try:
+        bank = MemoryBank(location)
+        bank.count()
+    except BaseException:
+        barrier.abort()  # the parent and the other workers stop waiting
+        raise
+    with bank:
+        barrier.wait()
+        start = time.monotonic()
+        for memory_id, reward in jobs:
+            try:
+                bank.reward(reward, memory_ids=[memory_id], source="perf")
+            except Exception as exc:  # reported, not fatal: a failed reward is an error, not a lost update
+                errors.append(f"{type(exc).__name__}: {exc}")
+        end = time.monotonic()
+    out.put((start, end, errors))
+
+
+def visits_and_ledger(location: str) -> tuple[int, int]:
+    """(Σ visits over all memories, ledger rows)."""
+    with MemoryBank(location) as bank:
+        visits = int(bank.conn.execute("SELECT coalesce(sum(visits), 0) FROM memories").fetchone()[0])
+        return visits, int(bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0])
+
+
+def concurrent_rewards(location: str, ids: list[int], mode: str, processes: int, per_process: int,
+                       rng: np.random.Generator) -> dict[str, Any]:
+    """`processes` × `per_process` rewards on one hot memory or on random ones; throughput, losses, replay."""
+    expected = processes * per_process
+    targets = np.full(expected, ids[0]) if mode == "hot" else rng.choice(ids, size=expected)
+    rewards = rng.choice([-1.0, 1.0], size=expected)
+    jobs = [(int(m), float(r)) for m, r in zip(targets, rewards)]
+    visits_before, ledger_before = visits_and_ledger(location)
+    context = multiprocessing.get_context("spawn")  # the parent may hold threads (BLAS, ONNX): no fork
+    barrier, out = context.Barrier(processes + 1), context.Queue()
+    workers = [context.Process(target=_reward_worker,
+                               args=(location, jobs[p * per_process:(p + 1) * per_process], barrier, out))
+               for p in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait(timeout=300)
+    spans = [out.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    start, end = min(s[0] for s in spans), max(s[1] for s in spans)
+    errors = [e for s in spans for e in s[2]]
+    visits_after, ledger_after = visits_and_ledger(location)
+    with MemoryBank(location) as bank:
+        check = verify(bank)
+    return {"mode": mode, "processes": processes, "per_process": per_process, "expected": expected,
+            "seconds": end - start, "updates_per_s": (expected - len(errors)) / (end - start),
+            "errors": len(errors), "error_samples": errors[:3],
+            "lost": expected - len(errors) - (visits_after - visits_before),
+            "ledger_rows_added": ledger_after - ledger_before, "verify_ok": check["ok"],
+            "verify_problems": check["problems"]}
+
+
+def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrieveParams) -> dict[str, Any]:
+    """Retrieve latency of each retriever, interleaved per query; recall@k1 against PostgreSQL exact."""
+    banks = {"pg_exact": MemoryBank(pg, index="exact"), "pg_hnsw": MemoryBank(pg, index="hnsw"),
+             "sqlite_numpy": MemoryBank(sqlite, index="numpy"), "sqlite_vec": MemoryBank(sqlite, index="vec")}
+    try:
+        for bank in banks.values():  # warm-up: connections, the in-process matrix, pages
+            bank.retrieve("warm-up", params, vector=queries[0].tolist(), record=False)
+        samples: dict[str, list[float]] = {name: [] for name in (*RETRIEVERS, "pg_exact_knn", "pg_hnsw_knn")}
+        found = dict.fromkeys(RETRIEVERS, 0)
+        expected = 0
+        for q in queries:
+            as_list = q.tolist()
+            exact: set[int] | None = None
+            for name, bank in banks.items():
+                start = time.perf_counter()
+                hit = bank.retrieve("perf query", params, vector=as_list, record=False)
+                samples[name].append(time.perf_counter() - start)
+                got = {c.memory_id for c in hit.candidates}
+                if exact is None:  # pg_exact comes first
+                    exact = got
+                    expected += len(exact)
+                found[name] += len(got & exact)
+            for mode in ("exact", "hnsw"):  # the engine's KNN alone, without the rest of a retrieve
+                start = time.perf_counter()
+                banks[f"pg_{mode}"].store.knn(q, params.k1, mode)
+                samples[f"pg_{mode}_knn"].append(time.perf_counter() - start)
+        out: dict[str, Any] = {"queries": len(queries)}
+        for name in RETRIEVERS:
+            out[name] = {**percentiles(samples[name]), "recall_at_k1": found[name] / max(expected, 1)}
+        for name in ("pg_exact_knn", "pg_hnsw_knn"):
+            out[name] = percentiles(samples[name])
+        return out
+    finally:
+        for bank in banks.values():
+            bank.close()
+
+
+def table_sizes(pg: str) -> dict[str, int]:
+    """Bytes of the PostgreSQL bank's memories table (heap, with TOAST) and of its HNSW index."""
+    with MemoryBank(pg) as bank:
+        row = bank.conn.execute("SELECT pg_table_size('memories'), pg_indexes_size('memories'), "
+                                "coalesce(pg_relation_size(to_regclass('memories_hnsw')), 0)").fetchone()
+    return {"table_bytes": int(row[0]), "indexes_bytes": int(row[1]), "hnsw_bytes": int(row[2])}
+
+
+def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 100, processes: int = 8,
+            per_process: int = 500, seed: int = 0, folder: Path | None = None,
+            progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
+    """Every PostgreSQL figure and its SQLite counterpart, in one run."""
+    rng = np.random.default_rng(seed)
+    params = RetrieveParams()
+    results: dict[str, Any] = {"memories": memories, "dim": 384, "k1": params.k1}
+    with server(pg_url or os.environ.get("MEMRL_PERF_PG_URL")) as admin, database(admin) as pg, \
+            tempfile.TemporaryDirectory(dir=folder) as scratch:
+        sqlite = Path(scratch) / "bank.db"
+        with MemoryBank(pg) as bank:
+            results["server"] = bank.store.describe()["server_version"]
+        vectors = clustered_vectors(rng, memories)
+        progress(f"PostgreSQL: ingesting {memories} memories")
+        results["ingest_per_s"] = {"postgresql": build_bank(pg, vectors)}
+        progress(f"SQLite: ingesting {memories} memories")
+        results["ingest_per_s"]["sqlite"] = build_bank(sqlite, vectors)
+        locations = {"postgresql": pg, "sqlite": str(sqlite)}
+        results["rewards"] = {}
+        for mode in MODES:
+            for engine in ENGINES:
+                progress(f"{engine}: {processes} processes × {per_process} rewards, {mode} memory")
+                with MemoryBank(locations[engine]) as bank:
+                    ids = [int(r[0]) for r in bank.conn.execute("SELECT id FROM memories ORDER BY id")]
+                results["rewards"][f"{engine}_{mode}"] = concurrent_rewards(
+                    locations[engine], ids, mode, processes, per_process, rng)
+        progress("PostgreSQL: building the HNSW index")
+        with MemoryBank(pg) as bank:
+            start = time.perf_counter()
+            bank.set_index("hnsw")
+            results["hnsw_build_s"] = time.perf_counter() - start
+        results["pg_sizes"] = table_sizes(pg)
+        progress("SQLite: building the sqlite-vec index")
+        with MemoryBank(sqlite) as bank:
+            start = time.perf_counter()
+            bank.set_index("vec")
+            results["vec_build_s"] = time.perf_counter() - start
+        progress(f"retrieving from {memories} memories on both engines")
+        results["retrieve"] = knn_latency(pg, sqlite, near_queries(rng, vectors, queries), params)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg-url", default=None, help="Admin postgresql:// URL of a server with pgvector "
+                        "[MEMRL_PERF_PG_URL, else a throwaway local server].")
+    parser.add_argument("--memories", type=int, default=100_000, help="Bank size [100000].")
+    parser.add_argument("--queries", type=int, default=100, help="Retrievals timed per retriever [100].")
+    parser.add_argument("--processes", type=int, default=8, help="Reward processes [8].")
+    parser.add_argument("--rewards", type=int, default=500, help="Rewards per process [500].")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dir", default=None, help="Where to put the SQLite bank [a temporary directory].")
+    parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
+    args = parser.parse_args()
+    results = measure(args.pg_url, args.memories, args.queries, args.processes, args.rewards, args.seed,
+                      None if args.dir is None else Path(args.dir), progress=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(results, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
