@@ -22,7 +22,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -109,6 +111,17 @@ def drop_database(admin_dsn: str, name: str) -> None:
     _check_database_name(name)
     with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def temporary_database(admin_dsn: str, prefix: str) -> Iterator[str]:
+    """A new database `PREFIX_<random>` with the vector extension, dropped afterwards; yields its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    url = create_database(admin_dsn, name)
+    try:
+        yield url
+    finally:
+        drop_database(admin_dsn, name)
 
 
 @dataclass

@@ -8,8 +8,8 @@ Without either, the tests that use it are skipped, except under CI (`CI` set), w
 
 from __future__ import annotations
 
+import contextlib
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -54,15 +54,11 @@ def pg_server_dsn() -> Iterator[str]:
 
 @pytest.fixture
 def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
-    """DSN of a fresh database with the vector extension, dropped after the test."""
-    from benchmarks.pg_server import create_database, drop_database
+    """URL of a fresh database with the vector extension, dropped after the test."""
+    from benchmarks.pg_server import temporary_database
 
-    name = f"memrl_test_{uuid.uuid4().hex[:8]}"
-    dsn = create_database(pg_server_dsn, name)
-    try:
-        yield dsn
-    finally:
-        drop_database(pg_server_dsn, name)
+    with temporary_database(pg_server_dsn, "memrl_test") as url:
+        yield url
 
 
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -75,18 +71,15 @@ def bank_at(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
     if request.param == "sqlite":
         yield lambda name: str(tmp_path / f"{name}.db")
         return
-    from benchmarks.pg_server import create_database, drop_database
+    from benchmarks.pg_server import temporary_database
 
     server = request.getfixturevalue("pg_server_dsn")
-    made: dict[str, str] = {}
+    with contextlib.ExitStack() as databases:
+        made: dict[str, str] = {}
 
-    def location(name: str) -> str:
-        if name not in made:
-            made[name] = create_database(server, f"memrl_test_{uuid.uuid4().hex[:8]}")
-        return made[name]
+        def location(name: str) -> str:
+            if name not in made:
+                made[name] = databases.enter_context(temporary_database(server, "memrl_test"))
+            return made[name]
 
-    try:
         yield location
-    finally:
-        for url in made.values():
-            drop_database(server, url.rsplit("/", 1)[1])

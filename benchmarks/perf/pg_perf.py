@@ -33,7 +33,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,19 +59,6 @@ def server(url: str | None) -> Iterator[str]:
 
     with LocalPostgres() as local:
         yield local.dsn
-
-
-@contextlib.contextmanager
-def database(admin_url: str) -> Iterator[str]:
-    """A new database with pgvector on the server (dropped afterwards); yields its URL."""
-    from benchmarks.pg_server import create_database, drop_database
-
-    name = f"memrl_perf_{uuid.uuid4().hex[:8]}"
-    url = create_database(admin_url, name)
-    try:
-        yield url
-    finally:
-        drop_database(admin_url, name)
 
 
 def _reward_worker(location: str, jobs: list[tuple[int, float]], barrier: Any, out: Any) -> None:
@@ -184,11 +170,13 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
             per_process: int = 500, seed: int = 0, folder: Path | None = None,
             progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
     """Every PostgreSQL figure and its SQLite counterpart, in one run."""
+    from benchmarks.pg_server import temporary_database
+
     rng = np.random.default_rng(seed)
     params = RetrieveParams()
     results: dict[str, Any] = {"memories": memories, "dim": 384, "k1": params.k1}
-    with server(pg_url or os.environ.get("MEMRL_PERF_PG_URL")) as admin, database(admin) as pg, \
-            tempfile.TemporaryDirectory(dir=folder) as scratch:
+    with server(pg_url or os.environ.get("MEMRL_PERF_PG_URL")) as admin, \
+            temporary_database(admin, "memrl_perf") as pg, tempfile.TemporaryDirectory(dir=folder) as scratch:
         sqlite = Path(scratch) / "bank.db"
         with MemoryBank(pg) as bank:
             results["server"] = bank.store.describe()["server_version"]
