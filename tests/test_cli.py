@@ -256,5 +256,9 @@ def test_export_import_merge_backup_calibrate_doctor(sqlite_bank: Path, tmp_path
     assert fixed["used"] == {"mean": 0.2, "std": 0.1}
     cleared = as_json(memrl(copy, "calibrate", "--clear", "--json"))
     assert cleared["override"] is None and cleared["used"]["mean"] == cleared["stats"]["mean"]
+    absent = memrl(copy, "doctor", "--rebuild-index", ok=False)  # new banks have no sqlite-vec index
+    assert "has no sqlite-vec index to rebuild (build one with `memrl doctor --index vec`)" in error_line(absent)
+    built = as_json(memrl(copy, "doctor", "--index", "vec", "--json"))
+    assert built["ok"] and built["index"]["indexed"] == 4
     doctor = as_json(memrl(copy, "doctor", "--rebuild-index", "--json"))
     assert doctor["ok"] and doctor["reindexed"] == 4 and doctor["sqlite_vec"] is True
