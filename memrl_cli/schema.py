@@ -3,6 +3,7 @@
 The schema version is SQLite's `PRAGMA user_version`. Each migration runs in the same
 transaction as the version bump, so a bank is always at exactly one version. A bank
 with a newer version than this memrl knows is refused rather than guessed at.
+A PostgreSQL bank runs the same migrations, in PostgreSQL's types (`memrl_cli.postgres`).
 See docs/schema.md for every table and column.
 """
 

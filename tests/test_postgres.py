@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memrl_cli import schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.embed import normalise
 from memrl_cli.errors import MemrlError
@@ -409,7 +410,7 @@ def test_a_password_never_shows_in_paths_stats_or_doctor(pg_dsn: str) -> None:
 
 def test_an_empty_database_is_not_a_bank_unless_created(pg_dsn: str) -> None:
     for options in ({"create": False}, {"readonly": True}):
-        with pytest.raises(MemrlError, match="no memrl bank at schema 1 in postgresql://"):
+        with pytest.raises(MemrlError, match=f"no memrl bank at schema {schema.LATEST} in postgresql://"):
             MemoryBank(pg_dsn, **options)
     line = one_error_line(cli("retrieve", "apple", "--db", pg_dsn, ok=False))
     assert "no memrl bank" in line and "memrl ingest" in line
