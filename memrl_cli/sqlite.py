@@ -147,8 +147,11 @@ class SqliteStore(Store):
         without an index (banks from before the index was optional)."""
         from memrl_cli import schema
 
-        state, dim = self._index_state(), (self.meta("embedder") or {}).get("dim")
-        if state is None or dim is None:
+        state = self._index_state()
+        if state is None:  # the usual case: no sqlite-vec index, nothing more to read at start-up
+            return
+        dim = (self.meta("embedder") or {}).get("dim")
+        if dim is None:
             return
         exists = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_index'").fetchone() is not None
         if not exists and not self.readonly:

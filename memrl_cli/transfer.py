@@ -12,6 +12,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 import numpy as np
@@ -270,37 +271,39 @@ def merge(first: str, second: str, output: str, progress: Progress | None = None
         name = os.path.basename(second) if not is_server_url(second) else b.path
         if is_server_url(output) or a.is_server:
             return _merge_into(output, a, records, theirs, name, progress)
-        staging = f"{output}.partial-{os.getpid()}"  # renamed into place only when the merge succeeded
-        try:
+        with _staged(output) as staging:
             backup(a, staging)
             with MemoryBank(staging, create=False) as out:
-                counts = import_records(out, records, theirs, progress, merge_duplicates=True, source_name=name)
-            os.replace(staging, output)
-        finally:
-            for leftover in (staging, f"{staging}-wal", f"{staging}-shm"):
-                if os.path.exists(leftover):
-                    os.remove(leftover)
-    return counts
+                return import_records(out, records, theirs, progress, merge_duplicates=True, source_name=name)
+
+
+@contextmanager
+def _staged(output: str) -> Iterator[str]:
+    """Where to write a new bank: for a file, a staging file renamed to `output` only when the block
+    succeeds (and removed otherwise); a server URL as it is."""
+    if is_server_url(output):
+        yield output
+        return
+    staging = f"{output}.partial-{os.getpid()}"
+    try:
+        yield staging
+        os.replace(staging, output)
+    finally:
+        for leftover in (staging, f"{staging}-wal", f"{staging}-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 def _merge_into(output: str, first: MemoryBank, records: list[tuple[MemoryInput, dict[str, Any]]],
                 embedder: dict[str, Any] | None, name: str, progress: Progress | None) -> dict[str, int]:
     """Merge into a new (empty) bank of any engine: `first`'s memories, then `records`, atomically."""
-    staging = None if is_server_url(output) else f"{output}.partial-{os.getpid()}"
-    try:
-        with MemoryBank(staging or output, embedder=(first.meta("embedder") or {}).get("spec")) as out:
-            if out.count():
-                raise MemrlError(f"{out.path} already holds memories; merge writes a new bank")
-            with out.transaction():
-                import_records(out, list(_stored_records(first)), first.meta("embedder"), progress)
-                counts = import_records(out, records, embedder, progress, merge_duplicates=True, source_name=name)
-        if staging:
-            os.replace(staging, output)
-    finally:
-        for leftover in ((staging, f"{staging}-wal", f"{staging}-shm") if staging else ()):
-            if os.path.exists(leftover):
-                os.remove(leftover)
-    return counts
+    with _staged(output) as location, \
+            MemoryBank(location, embedder=(first.meta("embedder") or {}).get("spec")) as out:
+        if out.count():
+            raise MemrlError(f"{out.path} already holds memories; merge writes a new bank")
+        with out.transaction():
+            import_records(out, list(_stored_records(first)), first.meta("embedder"), progress)
+            return import_records(out, records, embedder, progress, merge_duplicates=True, source_name=name)
 
 
 def _stored_records(bank: MemoryBank) -> Iterable[tuple[MemoryInput, dict[str, Any]]]:
