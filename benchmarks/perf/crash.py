@@ -237,6 +237,13 @@ class KindReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def record(self, rep: int, kill: Kill, problems: list[str], outcome: str) -> None:
+        """Count one repetition: a kill (or a writer that finished first), its problems, what it left."""
+        self.kills += not kill.exited_before_kill
+        self.finished_before_kill += kill.exited_before_kill
+        self.problems += [f"{self.kind} kill {rep + 1}: {p}" for p in problems]
+        self.notes.append(f"kill {rep + 1} at +{kill.delay:.2f}s: {outcome}")
+
 
 def crash_ingest(workdir: Path, repeats: int, rng: random.Random) -> KindReport:
     """Kill an API writer (mini-batches of 25) or `memrl ingest --jsonl` (one 1000-line file) at random."""
@@ -259,10 +266,7 @@ def crash_ingest(workdir: Path, repeats: int, rng: random.Random) -> KindReport:
                                 ready=lambda: True)
             kill.acknowledged = before + (FILE_LINES if kill.exited_before_kill else 0)  # else: 0 or all
         count, problems = audit_ingest(db, before, kill.acknowledged, BATCH if rep % 2 == 0 else FILE_LINES)
-        report.kills += not kill.exited_before_kill
-        report.finished_before_kill += kill.exited_before_kill
-        report.problems += [f"ingest kill {rep + 1}: {p}" for p in problems]
-        report.notes.append(f"kill {rep + 1} at +{kill.delay:.2f}s: {count - before} memories added")
+        report.record(rep, kill, problems, f"{count - before} memories added")
         report.final_state = f"{count} memories"
     return report
 
@@ -300,10 +304,7 @@ def crash_reward(workdir: Path, repeats: int, rng: random.Random) -> KindReport:
             if after - before not in (0, FILE_REWARDS):
                 report.problems.append(f"reward kill {rep + 1}: {after - before} of {FILE_REWARDS} rewards applied")
         rows, problems = audit_rewards(db, kill.acknowledged, largest)
-        report.kills += not kill.exited_before_kill
-        report.finished_before_kill += kill.exited_before_kill
-        report.problems += [f"reward kill {rep + 1}: {p}" for p in problems]
-        report.notes.append(f"kill {rep + 1} at +{kill.delay:.2f}s: {rows - before} ledger rows added")
+        report.record(rep, kill, problems, f"{rows - before} ledger rows added")
         report.final_state = f"{rows} ledger rows"
     return report
 
@@ -356,10 +357,7 @@ def crash_bench(workdir: Path, repeats: int, rng: random.Random, rooms: int = 6,
                 if got != expected:
                     problems.append(f"resumed metrics {json.dumps(got)} differ from {json.dumps(expected)}")
                 problems += audit_run(db)
-            report.kills += not kill.exited_before_kill
-            report.finished_before_kill += kill.exited_before_kill
-            report.problems += [f"bench kill {rep + 1}: {p}" for p in problems]
-            report.notes.append(f"kill {rep + 1} at +{kill.delay:.2f}s: {committed} of {batches} batches committed")
+            report.record(rep, kill, problems, f"{committed} of {batches} batches committed")
             report.final_state = f"{rep + 1} runs resumed to the uninterrupted run's metrics" \
                 if not report.problems else ""
     return report
