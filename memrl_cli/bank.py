@@ -466,11 +466,8 @@ class MemoryBank:
         if len(ids) < 2:
             return
         rng = np.random.default_rng(n)  # deterministic, so a resumed run calibrates as an uninterrupted one
-        chosen = np.sort(rng.choice(ids, size=min(len(ids), 2000), replace=False)).tolist()
-        sample = [row[0] for start in range(0, len(chosen), 500) for row in self.conn.execute(
-            f"SELECT embedding FROM memories WHERE id IN ({','.join('?' * len(chosen[start:start + 500]))}) "
-            "ORDER BY id", chosen[start:start + 500])]
-        vectors = self.store.decode(sample)
+        chosen = rng.choice(ids, size=min(len(ids), 2000), replace=False).tolist()
+        vectors = self.store.decode([row[0] for row in self._by_ids("embedding", "memories", chosen)])
         mean, std, pairs = similarity_stats(vectors, rng)
         self._set_meta("sim_stats", {"mean": mean, "std": std, "memories": n, "pairs": pairs,
                                      "method": "cosine between stored intents", "updated_at": now()})
@@ -679,13 +676,17 @@ class MemoryBank:
     def _lock(self, table: str, ids: set[int]) -> None:
         """Inside a write: lock rows this transaction reads and then changes, in id order (a no-op on
         SQLite, whose writers are already serialised)."""
-        if not self.store.lock or not ids:
-            return
-        ordered = sorted(ids)
-        for start in range(0, len(ordered), 1000):
-            chunk = ordered[start:start + 1000]
-            self.conn.execute(f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
-                              f"{self.store.lock}", chunk).fetchall()
+        if self.store.lock:
+            self._by_ids("id", table, ids, self.store.lock)
+
+    def _by_ids(self, columns: str, table: str, ids: Iterable[int], suffix: str = "") -> list[tuple]:
+        """`SELECT columns FROM table WHERE id IN ids ORDER BY id` (+ `suffix`), in chunks of 500 ids."""
+        ordered, rows = sorted(ids), []
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            rows += self.conn.execute(f"SELECT {columns} FROM {table} WHERE id IN ({','.join('?' * len(chunk))}) "
+                                      f"ORDER BY id{suffix}", chunk).fetchall()
+        return rows
 
     @staticmethod
     def _check_reward_request(request: dict[str, Any], i: int) -> tuple:
