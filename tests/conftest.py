@@ -19,9 +19,14 @@ import pytest
 from memrl_cli.errors import MemrlError
 
 
+def under_ci() -> bool:
+    """Whether `CI` is set (to anything but an empty or false value): then PostgreSQL must be tested."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def _unavailable(reason: str) -> NoReturn:
     """Skip the requesting test; under CI, fail it instead, so CI really tests PostgreSQL."""
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+    if under_ci():
         pytest.fail(f"PostgreSQL is required under CI: {reason}", pytrace=False)
     pytest.skip(reason)
 

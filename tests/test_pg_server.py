@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import under_ci
 
 try:
     import psycopg
-except ImportError:  # the `postgres` extra is missing: skip, except under CI (as in conftest.py)
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+except ImportError:  # the `postgres` extra is missing: skip, except under CI
+    if under_ci():
         raise
     pytest.skip("psycopg is not installed: pip install -e '.[dev]'", allow_module_level=True)
 
