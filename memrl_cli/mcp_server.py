@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from memrl_cli import __version__
 from memrl_cli.errors import MemrlError, error_object
@@ -30,21 +31,40 @@ INSTRUCTIONS = (
     "reflection on what went wrong (after a failure) as experience.")
 
 
+def _error(exc: MemrlError) -> CallToolResult:
+    """A tool error: the CLI's one-line message as text, its JSON error as structured content."""
+    error = error_object(exc)
+    return CallToolResult(content=[TextContent(type="text", text=error["error"]["message"])],
+                          structured_content=error, is_error=True)
+
+
 def _result(call: Callable[[], dict[str, Any]]) -> CallToolResult:
     """A tool's answer: the CLI's JSON object, or a tool error with the CLI's one-line message."""
     try:
         data = call()
     except MemrlError as exc:
-        error = error_object(exc)
-        return CallToolResult(content=[TextContent(type="text", text=error["error"]["message"])],
-                              structured_content=error, is_error=True)
+        return _error(exc)
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
                           structured_content=data)
 
 
+class MemoryServer(MCPServer):
+    """MCPServer whose argument errors are one line too (the SDK reports pydantic's multi-line text)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            first = exc.__cause__.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            return _error(MemrlError(f"argument {where} of {name}: {first['msg']}"))
+
+
 def build_server(service: BankService) -> MCPServer:
     """An MCP server whose tools run `service`'s operations (on worker threads)."""
-    server: MCPServer = MCPServer("memrl", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    server: MCPServer = MemoryServer("memrl", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))

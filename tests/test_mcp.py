@@ -97,7 +97,9 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
                         ("remember", {"intent": " ", "experience": "x"}, "intent must be a non-empty string"),
                         ("remember", {"intent": "x", "experience": "y", "outcome": "great"}, "outcome must be one of"),
                         ("retrieve", {"query": "egg", "lam": 2}, "lambda must be a number in [0, 1]"),
-                        ("explain", {"retrieval_id": 7}, "unknown retrieval id 7")):
+                        ("explain", {"retrieval_id": 7}, "unknown retrieval id 7"),
+                        ("retrieve", {"query": "egg", "k1": "many"}, "argument k1 of retrieve: Input should be a valid integer"),
+                        ("remember", {"experience": "y"}, "argument intent of remember: Field required")):
                     result = await session.call_tool(tool, arguments)
                     assert result.is_error, (tool, arguments)
                     text = result.content[0].text
