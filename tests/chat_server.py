@@ -73,6 +73,7 @@ class ScriptedChatServer:
         embedding_requests: JSON bodies of every embeddings request.
         max_in_flight: highest number of chat requests being handled at the same time.
         sent: the exact bytes of every chat completion answer (a stream: its SSE body), in order.
+        headers: the HTTP headers of every chat completion request (names lower-cased), in order.
     """
 
     def __init__(self, responder: Responder, *, model: str = "scripted-model", embedding_dim: int = 16) -> None:
@@ -83,6 +84,7 @@ class ScriptedChatServer:
         self._requests: list[dict] = []
         self._embedding_requests: list[dict] = []
         self._sent: list[bytes] = []
+        self._headers: list[dict[str, str]] = []
         self._in_flight = 0
         self._max_in_flight = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -111,6 +113,11 @@ class ScriptedChatServer:
     def sent(self) -> list[bytes]:
         with self._lock:
             return list(self._sent)
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        with self._lock:
+            return list(self._headers)
 
     def _record_sent(self, data: bytes) -> None:
         with self._lock:
@@ -278,6 +285,8 @@ class ScriptedChatServer:
                     return
                 path = self._path()
                 if path == "/v1/chat/completions":
+                    with server._lock:
+                        server._headers.append({k.lower(): v for k, v in self.headers.items()})
                     status, payload, headers = server._chat(body)
                     if body.get("stream") and status == 200:
                         self._stream(payload, headers)
