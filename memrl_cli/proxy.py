@@ -11,7 +11,8 @@ spliced into the upstream's bytes (everything else byte-identical). The receipt 
 the upstream has answered 2xx: a failed request leaves the bank untouched.
 
 A request without a task, or with `X-Memrl-Off: 1`, passes through untouched; so does any other
-`/v1/...` route. Per-request `X-Memrl-K2` and `X-Memrl-Lambda` override the server's defaults.
+`/v1/...` route (other `/v1/memrl/...` routes: 404). Per-request `X-Memrl-K2` and `X-Memrl-Lambda`
+override the server's defaults.
 
 Learning endpoints: `POST /v1/memrl/rewards` (`{"retrieval_id": N, "reward": R}`, or a list of such
 objects, one transaction; the fields of `memrl reward --jsonl`) answers `memrl reward --json`'s
@@ -161,6 +162,7 @@ class LearningProxy:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/memrl/rewards", self.rewards, methods=["POST"]),
             Route("/v1/memrl/memories", self.memories, methods=["POST"]),
+            Route("/v1/memrl/{rest:path}", self.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             Route("/v1/{path:path}", self.pass_through, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         ], lifespan=self.lifespan)
 
@@ -226,6 +228,12 @@ class LearningProxy:
             return await self._reply(response, retrieval_id)
         except MemrlError as exc:
             return error_response(exc)
+
+    async def unknown(self, request: Request) -> Response:
+        """Any other /v1/memrl/ route: 404 (never forwarded upstream)."""
+        return JSONResponse({"error": {"type": "NotFound", "message": f"no memrl endpoint {request.method} "
+                                       f"{request.url.path}; use POST /v1/memrl/rewards or /v1/memrl/memories"}},
+                            status_code=404)
 
     async def pass_through(self, request: Request) -> Response:
         """Any other /v1/ route: forwarded untouched."""

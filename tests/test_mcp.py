@@ -170,3 +170,13 @@ def test_eight_concurrent_http_clients_lose_no_update(bank_at: Callable[[str], s
     with MemoryBank(db, create=False) as bank:
         q, visits = bank.conn.execute("SELECT q, visits FROM memories").fetchone()
     assert visits == 8 and q == pytest.approx(1 - 0.7 ** 8, abs=1e-12)  # eight updates, applied one after another
+
+
+def test_documented_client_configs_are_json() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    configs = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)]
+    assert configs[0]["mcpServers"]["memrl"]["command"] == "memrl" and configs[0]["mcpServers"]["memrl"]["args"] == ["mcp"]
+    assert configs[1]["mcpServers"]["memrl"]["url"].endswith("/mcp")

@@ -159,6 +159,8 @@ def test_pass_through_off_and_read_only(tmp_path: Path, upstream: Any) -> None:
         assert "x-memrl-retrieval" not in off.headers and upstream.requests[-1]["messages"] == [
             {"role": "user", "content": TASK}]
         assert client(url).models.list().data[0].id == "scripted-model"  # other routes pass through
+        typo = httpx2.post(f"{url}/v1/memrl/reward", json={"retrieval_id": 1, "reward": 1})
+        assert typo.status_code == 404 and "no memrl endpoint" in typo.json()["error"]["message"]
         for path, payload in (("rewards", {"retrieval_id": 1, "reward": 1}),
                               ("memories", {"intent": "a", "experience": "b"})):
             refused = httpx2.post(f"{url}/v1/memrl/{path}", json=payload)
