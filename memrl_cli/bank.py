@@ -133,6 +133,7 @@ class Retrieval:
     candidates: list[Candidate]
     explored: bool
     params: RetrieveParams
+    sim_stats: tuple[float, float] = (0.0, 1.0)  # the (mean, std) z(sim) used, as a receipt records them
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of `memrl retrieve --json`."""
@@ -594,7 +595,18 @@ class MemoryBank:
                     for c in selected]
         retrieval_id = self._write_receipt(query, params, sim_stats, candidates, selected, explored, cache) \
             if record else None
-        return Retrieval(retrieval_id, query, memories, candidates, explored, params)
+        return Retrieval(retrieval_id, query, memories, candidates, explored, params, sim_stats)
+
+    def record(self, retrieval: Retrieval) -> int:
+        """Store the receipt of a retrieval made with `record=False` (e.g. once the reply it fed has
+        arrived), exactly as `retrieve` would have; set and return its id."""
+        if retrieval.id is not None:
+            raise MemrlError(f"retrieval {retrieval.id} is already recorded")
+        selected = sorted((c for c in retrieval.candidates if c.selected_rank is not None),
+                          key=lambda c: c.selected_rank or 0)
+        retrieval.id = self._write_receipt(retrieval.query, retrieval.params, retrieval.sim_stats,
+                                           retrieval.candidates, selected, retrieval.explored)
+        return retrieval.id
 
     def _write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
                        candidates: list[Candidate], selected: list[Candidate], explored: bool,

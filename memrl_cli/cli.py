@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional
 
 import typer
 
-from memrl_cli.errors import MemrlError
+from memrl_cli.errors import MemrlError, error_object
 
 if TYPE_CHECKING:
     from memrl_cli.bank import MemoryBank
@@ -52,24 +52,30 @@ def command(as_json: bool) -> Iterator[None]:
     try:
         yield
     except MemrlError as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        error = error_object(exc)
         if as_json:
-            sys.stdout.write(json.dumps({"error": {"type": type(exc).__name__, "message": message}}) + "\n")
+            sys.stdout.write(json.dumps(error) + "\n")
         else:
-            sys.stderr.write(f"memrl: error: {message}\n")
+            sys.stderr.write(f"memrl: error: {error['error']['message']}\n")
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         sys.stderr.write("memrl: interrupted\n")
         raise typer.Exit(130) from None
 
 
+def bank_location(db: str | None, create: bool = True) -> str:
+    """The bank named by --db / MEMRL_DB, else the default path (its directory made when `create`)."""
+    path = db or default_db()
+    if db is None and create:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path
+
+
 def open_bank(db: str | None, embedder: str | None = None, create: bool = True, index: str = "auto") -> MemoryBank:
     """Open the bank named by --db / MEMRL_DB / the default, printing any warnings on stderr."""
     from memrl_cli.bank import MemoryBank
 
-    path = db or default_db()
-    if db is None and create:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+    path = bank_location(db, create)
     bank = MemoryBank(path, embedder, create=create, index=index)
     for warning in bank.warnings:
         sys.stderr.write(f"memrl: warning: {warning}\n")
@@ -466,6 +472,56 @@ def bench(
                                   llm_flags={"model": model, "base_url": base_url}, local_llm=local_llm,
                                   workers=workers, runs_dir=runs_dir, resume=resume, db=db, show_progress=not as_json)
         emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
+
+
+TOKEN = typer.Option(None, "--token", envvar="MEMRL_TOKEN", show_default=False,
+                     help="Secret every HTTP request must carry (X-Memrl-Token); required to bind beyond 127.0.0.1 "
+                          "[env MEMRL_TOKEN].")
+READ_ONLY = typer.Option(False, "--read-only", help="Turn off reward and remember (retrieval still stores receipts).")
+
+
+def need_extra(module: str, extra: str) -> None:
+    """A one-line error naming the extra to install when an optional dependency is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MemrlError(f"this command needs the {extra!r} extra: pip install 'memrl[{extra}]'")
+
+
+@app.command()
+def mcp(
+    http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT",
+                                       help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+) -> None:
+    """Serve the bank as MCP tools (retrieve, remember, reward, top_memories, explain, stats) over stdio or HTTP."""
+    with command(False):
+        need_extra("mcp", "mcp")
+        from memrl_cli.mcp_server import serve
+
+        serve(bank_location(db), http=http, token=token, read_only=read_only)
+
+
+@app.command()
+def proxy(
+    upstream: str = typer.Option(..., help="The OpenAI-compatible API to forward to, e.g. https://api.openai.com/v1."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (anything but loopback needs --token)."),
+    port: int = typer.Option(8765, help="Port to listen on (0: any free port)."),
+    k1: int = typer.Option(5, help="Phase A recall size."),
+    k2: int = typer.Option(3, help="Memories injected per request (header X-Memrl-K2 overrides)."),
+    lam: float = typer.Option(0.5, "--lambda", help="Weight of Q against similarity (header X-Memrl-Lambda overrides)."),
+    threshold: float = typer.Option(0.5, help="Minimum cosine similarity for Phase A."),
+    token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+) -> None:
+    """An OpenAI-compatible Chat Completions proxy that injects memories and takes rewards for them."""
+    with command(False):
+        need_extra("starlette", "proxy")
+        need_extra("uvicorn", "proxy")
+        from memrl_cli.proxy import serve
+        from memrl_cli.retrieve import RetrieveParams
+
+        serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
+              defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold))
 
 
 def main() -> None:

@@ -15,3 +15,9 @@ class BankBusyError(MemrlError):
     """The bank stayed locked by another writer for longer than the busy timeout."""
 
     exit_code = 3
+
+
+def error_object(exc: MemrlError) -> dict[str, dict[str, str]]:
+    """The JSON form of an error, as `--json` prints it and the servers answer it: {"error": {"type", "message"}}."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return {"error": {"type": type(exc).__name__, "message": message}}

@@ -10,6 +10,8 @@ Tests use it instead of mocks: the real ``openai`` client talks to it over TCP.
   OpenAI-style error body (``delay`` also applies);
 * raising an exception -> HTTP 500 with the exception text.
 
+A request with ``"stream": true`` gets the answer as Server-Sent Events (chunked, one word per chunk).
+
 Example::
 
     with ScriptedChatServer(lambda req: "hello") as server:
@@ -70,6 +72,8 @@ class ScriptedChatServer:
         requests: JSON bodies of every chat completion request, in arrival order.
         embedding_requests: JSON bodies of every embeddings request.
         max_in_flight: highest number of chat requests being handled at the same time.
+        sent: the exact bytes of every chat completion answer (a stream: its SSE body), in order.
+        headers: the HTTP headers of every chat completion request (names lower-cased), in order.
     """
 
     def __init__(self, responder: Responder, *, model: str = "scripted-model", embedding_dim: int = 16) -> None:
@@ -79,6 +83,8 @@ class ScriptedChatServer:
         self._lock = threading.Lock()
         self._requests: list[dict] = []
         self._embedding_requests: list[dict] = []
+        self._sent: list[bytes] = []
+        self._headers: list[dict[str, str]] = []
         self._in_flight = 0
         self._max_in_flight = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -102,6 +108,20 @@ class ScriptedChatServer:
     def embedding_requests(self) -> list[dict]:
         with self._lock:
             return list(self._embedding_requests)
+
+    @property
+    def sent(self) -> list[bytes]:
+        with self._lock:
+            return list(self._sent)
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        with self._lock:
+            return list(self._headers)
+
+    def _record_sent(self, data: bytes) -> None:
+        with self._lock:
+            self._sent.append(data)
 
     @property
     def max_in_flight(self) -> int:
@@ -229,6 +249,24 @@ class ScriptedChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout); nothing left to answer
 
+            def _stream(self, completion: dict, headers: dict[str, str]) -> None:
+                """The completion as Server-Sent Events, one chunk per word, each flushed as it is written."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    events = [f"data: {event}\n\n".encode() for event in _stream_events(completion)]
+                    server._record_sent(b"".join(events))
+                    for data in events:
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
             def _path(self) -> str:
                 return self.path.split("?", 1)[0].rstrip("/")
 
@@ -247,16 +285,33 @@ class ScriptedChatServer:
                     return
                 path = self._path()
                 if path == "/v1/chat/completions":
-                    if body.get("stream"):
-                        self._send(400, _error_body("ScriptedChatServer does not stream", "invalid_request_error"))
-                        return
-                    self._send(*server._chat(body))
+                    with server._lock:
+                        server._headers.append({k.lower(): v for k, v in self.headers.items()})
+                    status, payload, headers = server._chat(body)
+                    if body.get("stream") and status == 200:
+                        self._stream(payload, headers)
+                    else:
+                        server._record_sent(json.dumps(payload).encode())
+                        self._send(status, payload, headers)
                 elif path == "/v1/embeddings":
                     self._send(*server._embeddings(body))
                 else:
                     self._send(404, _error_body(f"no route POST {self.path}", "not_found"))
 
         return Handler
+
+
+def _stream_events(completion: dict) -> list[str]:
+    """`data:` payloads of a streamed completion: a role chunk, one chunk per word, a finish chunk, [DONE]."""
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    content = completion["choices"][0]["message"]["content"]
+    words = [w + " " for w in content.split(" ")]
+    words[-1] = words[-1][:-1]
+    deltas = [{"role": "assistant", "content": ""}] + [{"content": w} for w in words if w]
+    events = [dict(base, choices=[{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
+    events.append(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    return [json.dumps(e) for e in events] + ["[DONE]"]
 
 
 def _error_body(message: str, kind: str) -> dict:

@@ -1,0 +1,215 @@
+"""A bank served to other programs (`memrl mcp`, `memrl proxy`): the learning operations with the
+CLI's `--json` answers, a pool of bank connections for worker threads, and the network rules.
+
+Who can do what: a server bound to loopback (127.0.0.1, localhost, ::1; the default) serves every
+local process; any other address needs a token (`--token` / `MEMRL_TOKEN`, at least 16 characters)
+that every HTTP request must carry, in `X-Memrl-Token` or (MCP only) `Authorization: Bearer`.
+`--read-only` turns off the operations that change what is learned (reward, remember): callers can
+still retrieve, and each retrieval still stores its receipt, so a trusted harness can reward it
+later through the CLI or the library.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from memrl_cli.bank import MemoryBank, Retrieval
+from memrl_cli.errors import MemrlError
+from memrl_cli.retrieve import RetrieveParams
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MIN_TOKEN_LENGTH = 16
+
+
+class ReadOnlyError(MemrlError):
+    """A learning operation asked of a server started with `--read-only`."""
+
+
+class BankPool:
+    """Bank connections for concurrent requests: each call borrows one (opening another when all
+    are busy) and gives it back, so threads never share a connection."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        first = MemoryBank(location)  # fail fast on a bad --db; creates a new bank as `ingest` would
+        for warning in first.warnings:
+            sys.stderr.write(f"memrl: warning: {warning}\n")
+        self._free = [first]
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def bank(self) -> Iterator[MemoryBank]:
+        """A bank for this call; a connection that failed with anything but a user error is dropped."""
+        with self._lock:
+            bank = self._free.pop() if self._free else None
+        if bank is None:
+            bank = MemoryBank(self.location, create=False)
+        try:
+            yield bank
+        except MemrlError:
+            self._give_back(bank)
+            raise
+        except BaseException:
+            bank.close()
+            raise
+        self._give_back(bank)
+
+    def _give_back(self, bank: MemoryBank) -> None:
+        with self._lock:
+            self._free.append(bank)
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            banks, self._free = self._free, []
+        for bank in banks:
+            bank.close()
+
+
+class BankService:
+    """The operations both servers offer, each answering exactly what the matching CLI command
+    prints with `--json` (JSON-safe: through the same encoder), or raising MemrlError."""
+
+    def __init__(self, location: str, read_only: bool = False) -> None:
+        self.pool = BankPool(location)
+        self.read_only = read_only
+
+    def close(self) -> None:
+        """Close the bank connections."""
+        self.pool.close()
+
+    def _learning(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"this server is read-only (--read-only): {what} is turned off")
+
+    def retrieve(self, query: str, k1: int = 5, k2: int = 3, lam: float = 0.5, threshold: float = 0.5) -> dict[str, Any]:
+        """`memrl retrieve QUERY --json`: the selected memories and the receipt id to reward."""
+        params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold)
+        with self.pool.bank() as bank:
+            return as_json(bank.retrieve(query, params).to_dict())
+
+    def select(self, query: str, params: RetrieveParams) -> Retrieval:
+        """A retrieval whose receipt is not stored yet (see `record`)."""
+        with self.pool.bank() as bank:
+            return bank.retrieve(query, params, record=False)
+
+    def record(self, retrieval: Retrieval) -> int:
+        """Store the receipt of a `select`; return its id."""
+        with self.pool.bank() as bank:
+            return bank.record(retrieval)
+
+    def remember(self, intent: str, experience: str, outcome: str = "unknown", task_id: str | None = None,
+                 source: str | None = None) -> dict[str, Any]:
+        """`memrl ingest --intent --experience --outcome --json`: {"id", "created"}."""
+        self._learning("remember")
+        with self.pool.bank() as bank:
+            result = bank.ingest(intent, experience, outcome, task_id=task_id, source=source)
+        return {"id": result.id, "created": result.created}
+
+    def reward(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        """`memrl reward --json` (one request, or many in one transaction): {"updated": [...]}."""
+        self._learning("reward")
+        with self.pool.bank() as bank:
+            return as_json({"updated": bank.reward_many(requests)})
+
+    def top_memories(self, n: int = 10) -> dict[str, Any]:
+        """`memrl inspect --top-q N --json`."""
+        from memrl_cli import inspection
+
+        with self.pool.bank() as bank:
+            return as_json({"memories": inspection.top_q(bank, n)})
+
+    def explain(self, retrieval_id: int) -> dict[str, Any]:
+        """`memrl explain ID --json`."""
+        from memrl_cli import inspection
+
+        with self.pool.bank() as bank:
+            return as_json(inspection.explain(bank, retrieval_id))
+
+    def stats(self) -> dict[str, Any]:
+        """`memrl inspect --stats --json`."""
+        from memrl_cli import inspection
+
+        with self.pool.bank() as bank:
+            return as_json(inspection.stats(bank))
+
+
+def as_json(data: Any) -> Any:
+    """`data` as the CLI prints it (`json.dumps(..., default=str)`), decoded again."""
+    return json.loads(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) → (host, port)."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise MemrlError(f"give the address as HOST:PORT (e.g. 127.0.0.1:8766), got {address!r}")
+    return host, int(port)
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve beyond loopback without a token, or with a short one."""
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise MemrlError(f"the token must have at least {MIN_TOKEN_LENGTH} characters "
+                         "(e.g. python -c 'import secrets; print(secrets.token_urlsafe())')")
+    if host not in LOOPBACK and not token:
+        raise MemrlError(f"binding {host} serves the bank beyond this machine: give --token (or MEMRL_TOKEN), "
+                         "or bind 127.0.0.1")
+
+
+class TokenGate:
+    """ASGI middleware: every HTTP request must carry the token, else 401 and nothing runs."""
+
+    def __init__(self, app: Any, token: str | None, *, bearer: bool) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.bearer = bearer
+
+    def _allowed(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        assert self.token is not None
+        for name, value in headers:
+            if name == b"x-memrl-token" and hmac.compare_digest(value, self.token):
+                return True
+            if self.bearer and name == b"authorization" and value[:7].lower() == b"bearer " \
+                    and hmac.compare_digest(value[7:].strip(), self.token):
+                return True
+        return False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.token is None or scope["type"] != "http" or self._allowed(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        where = "X-Memrl-Token" + (" or Authorization: Bearer" if self.bearer else "")
+        body = json.dumps({"error": {"type": "Unauthorized",
+                                     "message": f"missing or wrong token: send it in {where}"}}).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def run_http(app: Any, host: str, port: int, what: str) -> None:
+    """Serve an ASGI app with uvicorn on HOST:PORT (port 0: any free one), saying where on stderr."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise MemrlError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    sys.stderr.write(f"memrl: {what} listening on http://{shown}:{bound}\n")
+    sys.stderr.flush()
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
