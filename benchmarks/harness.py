@@ -40,7 +40,7 @@ from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import distil
 from memrl_cli.learn import check_reward
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_cli.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
@@ -327,6 +327,11 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         summary = finish(run, settings)
         runs.set_status(bank, run_id, "finished")
         return summary
+    except LLMError as exc:  # the endpoint failed for good: stop cleanly, resumable from the last commit
+        runs.set_status(bank, run_id, "interrupted")
+        done = len(runs.completed_batches(bank, run_id))
+        raise MemrlError(f"run {run_id} interrupted by an LLM error after {done} committed batch(es), all kept; "
+                         f"continue with --resume {out_dir} ({exc})") from exc
     except BaseException:
         runs.set_status(bank, run_id, "interrupted")
         raise

@@ -87,7 +87,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
     with LocalModelServer() as server:
-        yield server.llm_settings()
+        yield server.llm_settings(**{k: v for k, v in flags.items() if k == "temperature" and v is not None})
 
 
 @contextmanager

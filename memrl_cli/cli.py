@@ -441,6 +441,8 @@ def bench(
     config: Optional[str] = typer.Option(None, help="YAML with `bench:` and `llm:` sections (see configs/)."),
     model: Optional[str] = typer.Option(None, help="Agent model [env MEMRL_MODEL]."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL [env OPENAI_BASE_URL]."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature of every call [unset: the "
+                                                           "endpoint's default, as reasoning models require]."),
     local_llm: bool = typer.Option(False, "--local-llm", help="Serve the offline SmolLM2-135M model (plumbing check)."),
     workers: int = typer.Option(4, help="Episodes played in parallel (processes; 0 = in this process)."),
     runs_dir: str = typer.Option("runs", help="Where run directories are written."),
@@ -463,7 +465,8 @@ def bench(
         if max_steps is not None:
             options["max_steps"] = max_steps
         summaries = session.bench(name, method, flags, options, config=config,
-                                  llm_flags={"model": model, "base_url": base_url}, local_llm=local_llm,
+                                  llm_flags={"model": model, "base_url": base_url, "temperature": temperature},
+                                  local_llm=local_llm,
                                   workers=workers, runs_dir=runs_dir, resume=resume, db=db, show_progress=not as_json)
         emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
 
