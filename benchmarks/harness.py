@@ -23,6 +23,7 @@ import json
 import math
 import multiprocessing
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -50,9 +51,22 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_finite(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MemrlError(f"{name} must be a finite number, got {value!r}")
+
+
 @dataclass
 class BenchConfig:
-    """Everything that decides a run's outcome (stored with the run; no secrets)."""
+    """Everything that decides a run's outcome (stored with the run; no secrets).
+
+    `q_init` is one number for every new memory or `{success: X, failure: Y}` by outcome (the
+    authors' HLE runner: 1.0 / 0.0). `q_min` hides candidates whose Q is below it in Phase B
+    (the authors' BCB/LLB: −0.8). `sim_mean`/`sim_std` fix z(sim)'s statistics (the authors'
+    per-benchmark constants) instead of the bank's own. `embedder` names the bank's embedding
+    model (e.g. `openai:text-embedding-3-large`, the authors'). `config_file` records which
+    YAML supplied the settings.
+    """
 
     benchmark: str
     method: str = "memrl"
@@ -70,11 +84,16 @@ class BenchConfig:
     alpha: float = 0.3
     success_reward: float = 1.0
     failure_reward: float = -1.0
-    q_init: float = 0.0
+    q_init: float | dict[str, float] = 0.0
     q_floor: float | None = None
+    q_min: float | None = None
+    sim_mean: float | None = None
+    sim_std: float | None = None
+    embedder: str | None = None
     seed: int = 0
     data: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    config_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -97,11 +116,18 @@ class BenchConfig:
                 raise MemrlError(f"{name} must be a whole number of at least 1, got {value!r}")
         if not _whole(self.seed):
             raise MemrlError(f"seed must be a whole number, got {self.seed!r}")
-        for name in ("threshold", "epsilon", "alpha", "success_reward", "failure_reward", "q_init", "q_floor"):
+        if isinstance(self.q_init, dict):
+            if set(self.q_init) != {"success", "failure"}:
+                raise MemrlError(f"q_init must be a number or {{success: X, failure: Y}}, got {self.q_init!r}")
+            for value in self.q_init.values():
+                _check_finite("q_init", value)
+        else:
+            _check_finite("q_init", self.q_init)
+        for name in ("threshold", "epsilon", "alpha", "success_reward", "failure_reward", "q_floor", "q_min",
+                     "sim_mean", "sim_std"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value)):
-                raise MemrlError(f"{name} must be a finite number, got {value!r}")
+            if value is not None:
+                _check_finite(name, value)
         check_reward(1.0, self.alpha)  # α in (0, 1]
         if self.method != "none":
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε
@@ -114,7 +140,14 @@ class BenchConfig:
     def retrieve_params(self, seed: int) -> RetrieveParams:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
         return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
-                              epsilon=self.epsilon, seed=seed)
+                              epsilon=self.epsilon, seed=seed, sim_mean=self.sim_mean, sim_std=self.sim_std,
+                              q_min=self.q_min)
+
+    def initial_q(self, success: bool) -> float:
+        """Q of a new memory from an episode with this outcome."""
+        if isinstance(self.q_init, dict):
+            return float(self.q_init["success" if success else "failure"])
+        return float(self.q_init)
 
 
 @dataclass
@@ -165,6 +198,34 @@ def episode_seed(seed: int, phase: str, split: str, epoch: int, position: int) -
     """A stable per-episode seed for ε-greedy, independent of batch timing and resumes."""
     digest = hashlib.sha256(f"{seed}/{phase}/{split}/{epoch}/{position}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
+
+
+def stratified_sample(tasks: list[Task], n: int | None, seed: int, split: str) -> list[Task]:
+    """A seeded sample of `n` tasks, stratified by `Task.meta["task_type"]`, kept in stream order.
+
+    Every type gets one task, and the rest is shared in proportion to the types' sizes (largest
+    remainder); when `n` is below the number of types, `n` types drawn at random get one each.
+    All tasks when `n` is None or not below the split's size. (The first N by id can be a single
+    type: the first 200 ALFWorld training games by id are all `examine`.)
+    """
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    rng = random.Random(episode_seed(seed, "limit", split, 0, 0))
+    groups: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        groups.setdefault(str(task.meta.get("task_type", "")), []).append(i)
+    types = sorted(groups)
+    if n < len(types):  # fewer tasks than types: n distinct types, one task each
+        quota = {t: 1 for t in rng.sample(types, n)}
+    else:
+        spare, rest = n - len(types), len(tasks) - len(types)
+        shares = {t: spare * (len(groups[t]) - 1) / rest if rest else 0.0 for t in types}
+        quota = {t: 1 + math.floor(shares[t]) for t in types}
+        by_remainder = sorted(types, key=lambda t: (-(shares[t] - math.floor(shares[t])), t))
+        for t in by_remainder[:n - sum(quota.values())]:
+            quota[t] += 1
+    chosen = sorted(i for t, k in quota.items() for i in rng.sample(groups[t], k))
+    return [tasks[i] for i in chosen]
 
 
 def code_version() -> str:
@@ -237,7 +298,7 @@ class Run:
                                                 "floor": c.q_floor, "source": source}])
                     new_id = self.bank.ingest_many([MemoryInput(
                         intent=task.query, experience=p.experience, outcome="success" if ep.success else "failure",
-                        task_id=task.id, source=source, q=c.q_init, vector=vector,
+                        task_id=task.id, source=source, q=c.initial_q(ep.success), vector=vector,
                         metadata={"run": self.run_id, "epoch": epoch, "status": ep.status, "steps": ep.steps,
                                   "injected": memory_ids, **ep.info})])[0].id
                 rows.append({"phase": phase, "split": split, "epoch": epoch, "batch": batch, "position": start + i,
@@ -299,15 +360,15 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         if unknown:
             raise MemrlError(f"{config.benchmark} has no split {', '.join(sorted(unknown))}; "
                              f"its evaluation splits are {', '.join(adapter.eval_splits) or 'none'}")
-        train = adapter.tasks(adapter.train_split)[:config.limit]
-        evals = {s: adapter.tasks(s)[:config.eval_limit] for s in config.eval_splits}
+        train = stratified_sample(adapter.tasks(adapter.train_split), config.limit, config.seed, "train")
+        evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
     finally:
         adapter.close()
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
     ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
-    bank = MemoryBank(bank_path, index="numpy")  # a long-lived process: the in-memory scan is fastest
+    bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
     try:
         if not resume:  # config.json first: a run killed at any point after this can be resumed
             (out_dir / "config.json").write_text(json.dumps(

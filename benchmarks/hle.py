@@ -342,7 +342,8 @@ def _split(rows: list[dict[str, Any]], val_fraction: float, seed: int) -> dict[s
 
 
 def _task(row: dict[str, Any]) -> Task:
-    meta = {"category": row["category"], "answer_type": row["answer_type"], "has_image": bool(row["image"])}
+    meta = {"category": row["category"], "task_type": row["category"], "answer_type": row["answer_type"],
+            "has_image": bool(row["image"])}
     return Task(id=row["id"], query=row["question"], payload=row, meta=meta)
 
 

@@ -188,3 +188,13 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     with MemoryBank(summary["bank"], create=False) as bank:
         assert bank.count() == 2 and verify(bank)["ok"]  # epoch 2 repeats epoch 1's memories exactly
         assert bank.conn.execute("SELECT count(*) FROM rewards WHERE reward = 1").fetchone()[0] >= 2
+
+
+@needs_data
+@pytest.mark.parametrize("subset", ["full", "hard"])
+def test_without_a_split_file_the_authors_split_is_reproduced(tmp_path: Path, subset: str) -> None:
+    """No split file (e.g. data from Hugging Face): the seeded fallback is MemRL's own split, id for id."""
+    (tmp_path / f"bigcodebench_{subset}.jsonl").symlink_to(DATA / f"bigcodebench_{subset}.jsonl")
+    bench = BigCodeBench(data=str(tmp_path), subset=subset, sandbox="none")
+    spec = json.loads(next(DATA.glob(f"split_{subset}_seed*.json")).read_text())
+    assert set(bench._splits["train"]) == set(spec["train_ids"]) and set(bench._splits["val"]) == set(spec["val_ids"])
