@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import metrics, registry
+from benchmarks import baselines, metrics, registry
 from benchmarks.protocol import Benchmark, Episode, Task
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank, MemoryInput
@@ -45,6 +45,9 @@ from memrl_cli.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
+METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
+METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
+UNREWARDED = {"memp", "reflexion"}  # memory methods that learn no utility
 
 
 def _whole(value: Any) -> bool:
@@ -97,11 +100,12 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise MemrlError(f"unknown method {self.method!r}; choose memrl, rag or none")
+            raise MemrlError(f"unknown method {self.method!r}; choose {', '.join(METHODS)}")
         if self.lam is None:
             self.lam = METHODS[self.method]
-        elif self.method == "rag" and self.lam != 0:
-            raise MemrlError("rag is similarity-only retrieval (λ = 0); use --method memrl --lambda X for another λ")
+        elif self.method in ("rag", "memp") and self.lam != 0:
+            raise MemrlError(f"{self.method} is similarity-only retrieval (λ = 0); use --method memrl --lambda X "
+                             "for another λ")
         if isinstance(self.eval_splits, str):
             self.eval_splits = [s.strip() for s in self.eval_splits.split(",") if s.strip()]
         if not isinstance(self.eval_splits, list) or not all(isinstance(s, str) for s in self.eval_splits):
@@ -136,6 +140,11 @@ class BenchConfig:
     def uses_memory(self) -> bool:
         """False for the no-memory baseline."""
         return self.method != "none"
+
+    @property
+    def learns_q(self) -> bool:
+        """True for the methods that reward the memories they injected (Q ← Q + α(R − Q))."""
+        return self.uses_memory and self.method not in UNREWARDED
 
     def retrieve_params(self, seed: int) -> RetrieveParams:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
@@ -173,13 +182,23 @@ def _init_worker(name: str, data: str | None, limit: int | None, options: dict[s
     atexit.register(_ADAPTER.close)
 
 
-def _play(task: Task, memories: list[dict[str, Any]], learn: bool) -> Played:
+def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl") -> Played:
     assert _ADAPTER is not None and _LLM is not None
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
     if learn and not episode.env_error:
-        experience = distil(_LLM, task.query, episode.trajectory, episode.success)
+        experience = _experience(_LLM, method, task, memories, episode)
     return Played(episode, experience, _LLM.take_usage())
+
+
+def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[str, Any]],
+                episode: Episode) -> str | None:
+    """The memory text an episode leaves under `method` (None: it leaves none)."""
+    if method == "memp" and not episode.success:  # adjustment of the top memory used, else nothing (validation)
+        return baselines.adjust(llm, memories[0], task.query, episode.trajectory) if memories else None
+    if method == "reflexion" and episode.success:  # Reflexion reflects on failed trials only
+        return None
+    return distil(llm, task.query, episode.trajectory, episode.success)
 
 
 class _InProcess(Executor):
@@ -266,15 +285,18 @@ class Run:
         learn = phase == "train" and self.config.uses_memory
         vectors: list[list[float] | None] = [None] * len(tasks)
         retrievals: list[Any] = [None] * len(tasks)
-        if self.config.uses_memory:
+        memories: list[list[dict[str, Any]]] = [[] for _ in tasks]
+        if self.config.method == "reflexion":  # the task's own reflections; no retrieval, no receipt
+            memories = [baselines.reflexion_memories(self.bank, t.id) for t in tasks]
+        elif self.config.uses_memory:
             vectors = [v.tolist() for v in self.bank.embedder.embed([t.query for t in tasks])]
             retrievals = [self.bank.retrieve(t.query, self.config.retrieve_params(
                               episode_seed(self.config.seed, phase, split, epoch, start + i)),
                               vector=vectors[i], record=learn)
                           for i, t in enumerate(tasks)]
-        memories = [r.memories if r else [] for r in retrievals]
+            memories = [r.memories if r else [] for r in retrievals]
         played: list[Played] = []
-        for result in pool.map(_play, tasks, memories, [learn] * len(tasks)):
+        for result in pool.map(_play, tasks, memories, [learn] * len(tasks), [self.config.method] * len(tasks)):
             played.append(result)
             self.on_progress("episode", {"phase": phase, "split": split, "epoch": epoch,
                                          "success": result.episode.success})
@@ -292,8 +314,11 @@ class Run:
                 reward = c.success_reward if ep.success else c.failure_reward
                 memory_ids = [m["id"] for m in retrieval.memories] if retrieval else []
                 new_id = None
-                if p.experience is not None:
-                    if retrieval and retrieval.id is not None and memory_ids:
+                if p.experience is not None and c.method == "memp" and not ep.success:
+                    self.bank.revise(memory_ids[0], p.experience)  # MemP's adjustment, in place
+                    new_id = memory_ids[0]
+                elif p.experience is not None:
+                    if c.learns_q and retrieval and retrieval.id is not None and memory_ids:
                         self.bank.reward_many([{"retrieval_id": retrieval.id, "reward": reward, "alpha": c.alpha,
                                                 "floor": c.q_floor, "source": source}])
                     new_id = self.bank.ingest_many([MemoryInput(
@@ -450,6 +475,31 @@ def plot_learning_curves(summaries: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def comparison_table(summaries: list[dict[str, Any]]) -> str:
+    """The methods side by side (Markdown): accuracy per epoch, last-epoch accuracy, CSR, forgetting,
+    the last evaluation, tokens. For `none`, CSR after k epochs is pass@k (solved in any of k tries)."""
+    epochs = list(summaries[0]["accuracy"])
+    head = ["method", *[f"ep {e}" for e in epochs], "last acc", "CSR", "pass@k", "forgetting", "eval", "tokens"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        evals = "; ".join(f"{split} {list(v.values())[-1]:.3f}" for split, v in s["eval_accuracy"].items() if v)
+        cells = [s["method"], *[f"{s['accuracy'].get(e, 0):.3f}" for e in epochs], f"{s['last_epoch_accuracy']:.3f}",
+                 f"{s['final_csr']:.3f}", f"{s['final_csr']:.3f}" if s["method"] == "none" else "–",
+                 f"{s['forgetting_rate']:.3f}", evals or "–", str(s["usage"].get("total_tokens", 0))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_comparison(summaries: list[dict[str, Any]], runs_dir: str) -> dict[str, str]:
+    """`<benchmark>-comparison.{png,md,json}` in `runs_dir`: one plot, one table, every summary."""
+    stem = Path(runs_dir) / f"{summaries[0]['benchmark'].replace(':', '_')}-comparison"
+    paths = {"plot": f"{stem}.png", "table": f"{stem}.md", "summaries": f"{stem}.json"}
+    plot_learning_curves(summaries, Path(paths["plot"]))
+    Path(paths["table"]).write_text(f"# {summaries[0]['benchmark']}: runtime learning\n\n" + comparison_table(summaries))
+    Path(paths["summaries"]).write_text(json.dumps(summaries, indent=2))
+    return paths
 
 
 def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import yaml
 
-from benchmarks.harness import BenchConfig, plot_learning_curves, progress_printer, run_benchmark
+from benchmarks.harness import BenchConfig, progress_printer, run_benchmark, write_comparison
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, LLMSettings, resolve_llm_settings
 
@@ -74,7 +74,7 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(section.get("options") or {}, dict):
         raise MemrlError(f"config {path}: `options:` must be a mapping of adapter options")
     if "method" in section and not isinstance(section["method"], str):
-        raise MemrlError(f"config {path}: `method:` must be memrl, rag or none (comma-separated to compare)")
+        raise MemrlError(f"config {path}: `method:` must be a method name (comma-separated to compare)")
     return section
 
 
@@ -188,10 +188,9 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
                 summaries.append(run_benchmark(bench_config, llm, bank_path=db, runs_dir=runs_dir, resume=resume,
                                                workers=workers, on_progress=report))
     if len(summaries) > 1:
-        path = Path(runs_dir) / f"{name}-comparison.png"
-        plot_learning_curves(summaries, path)
+        paths = write_comparison(summaries, runs_dir)
         for s in summaries:
-            s["comparison_plot"] = str(path)
+            s["comparison_plot"], s["comparison_table"] = paths["plot"], paths["table"]
     return summaries
 
 
