@@ -196,6 +196,8 @@ def retrieve(
     seed: Optional[int] = typer.Option(None, help="Seed for ε-greedy."),
     sim_mean: Optional[float] = typer.Option(None, help="Override the bank's similarity mean for z(sim)."),
     sim_std: Optional[float] = typer.Option(None, help="Override the bank's similarity std for z(sim)."),
+    q_min: Optional[float] = typer.Option(None, help="Phase B: select only memories with Q at least this "
+                                                     "(the authors' BCB/LLB: -0.8)."),
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
     db: Optional[str] = DB, as_json: bool = JSON,
@@ -205,7 +207,7 @@ def retrieve(
         from memrl_cli.retrieve import RetrieveParams
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
-                                sim_mean=sim_mean, sim_std=sim_std)
+                                sim_mean=sim_mean, sim_std=sim_std, q_min=q_min)
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(

@@ -71,6 +71,12 @@ def test_bank_retrieve_hides_memories_below_q_min(tmp_path):
         kept = bank.retrieve("open the red door", RetrieveParams(k1=5, k2=5, threshold=0.0, q_min=-0.8))
         assert [m["id"] for m in kept.memories] == [high]
         assert {c.memory_id for c in kept.candidates} == {low, high}  # the receipt still shows both
+    env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"}
+    done = subprocess.run([sys.executable, "-m", "memrl_cli", "retrieve", "open the red door", "--threshold", "0",
+                           "--q-min", "-0.8", "--json", "--db", str(tmp_path / "bank.db")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [m["id"] for m in json.loads(done.stdout)["memories"]] == [high]
 
 
 # -- per-outcome q_init, q_min and sim stats through the harness ------------------------
