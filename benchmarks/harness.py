@@ -300,19 +300,21 @@ class Run:
             played.append(result)
             self.on_progress("episode", {"phase": phase, "split": split, "epoch": epoch,
                                          "success": result.episode.success})
-        self.commit(phase, split, epoch, batch, start, tasks, retrievals, vectors, played)
+        self.commit(phase, split, epoch, batch, start, tasks, retrievals, memories, vectors, played)
 
     def commit(self, phase: str, split: str, epoch: int, batch: int, start: int, tasks: list[Task],
-               retrievals: list[Any], vectors: list[list[float] | None], played: list[Played]) -> None:
+               retrievals: list[Any], memories: list[list[dict[str, Any]]], vectors: list[list[float] | None],
+               played: list[Played]) -> None:
         """Rewards, new memories, episode rows and the batch marker: one transaction."""
         c = self.config
         source = f"run:{self.run_id}"
         rows = []
         with self.bank.transaction():
-            for i, (task, retrieval, vector, p) in enumerate(zip(tasks, retrievals, vectors, played)):
+            for i, (task, retrieval, injected, vector, p) in enumerate(zip(tasks, retrievals, memories, vectors,
+                                                                           played)):
                 ep = p.episode
                 reward = c.success_reward if ep.success else c.failure_reward
-                memory_ids = [m["id"] for m in retrieval.memories] if retrieval else []
+                memory_ids = [m["id"] for m in injected]
                 new_id = None
                 if p.experience is not None and c.method == "memp" and not ep.success:
                     self.bank.revise(memory_ids[0], p.experience)  # MemP's adjustment, in place

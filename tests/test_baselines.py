@@ -73,17 +73,32 @@ def test_memp_keeps_only_successes_and_revises_failed_memories_in_place(tmp_path
         assert inspection.verify(bank)["ok"]
 
 
+def stubborn(request: dict) -> str:
+    """The toy LLM, except that it never learns room 1: each retry guesses by how many reflections it sees."""
+    text = "\n".join(str(m["content"]) for m in request["messages"])
+    if request["messages"][-1]["content"] == "What is the passcode of room 1?":
+        return f"guess-{text.count('REFLECTION:')}"
+    return responder(request)
+
+
 def test_reflexion_uses_only_the_task_s_own_recent_reflections(tmp_path: Path):
-    with ScriptedChatServer(responder) as server:
+    with ScriptedChatServer(stubborn) as server:
         summary = run_benchmark(replace(config("reflexion"), epochs=5), settings(server), runs_dir=str(tmp_path),
                                 workers=0)
-    assert summary["accuracy"] == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}  # trial 2 retries with the reflection
+    # trial 2 retries rooms 2-4 with their reflection (which holds the code); room 1 never learns
+    assert summary["accuracy"] == {1: 0.0, 2: 0.75, 3: 0.75, 4: 0.75, 5: 0.75}
     assert set(summary["eval_accuracy"]["val"].values()) == {0.0}  # other tasks: nothing carries over
     records = episodes(summary)
     with MemoryBank(summary["bank"], create=False) as bank:
         task_of = dict(bank.conn.execute("SELECT id, task_id FROM memories").fetchall())
         assert set(bank.conn.execute("SELECT DISTINCT outcome FROM memories").fetchall()) == {("failure",)}
         assert bank.conn.execute("SELECT count(*) FROM retrievals").fetchone()[0] == 0  # no retrieval across tasks
+    train = [r for r in records if r["phase"] == "train"]
+    assert all(r["memory_ids"] for r in train if r["epoch"] > 1)  # every retry sees its reflections
+    room1 = sorted(m for m, t in task_of.items() if t == "train/room1")
+    assert len(room1) == 4  # four failed trials with different guesses...
+    last = next(r for r in train if r["task_id"] == "train/room1" and r["epoch"] == 5)
+    assert last["memory_ids"] == room1[::-1][:REFLEXION_WINDOW]  # ...of which the newest few are used
     for r in records:
         assert all(task_of[m] == r["task_id"] for m in r["memory_ids"]) and len(r["memory_ids"]) <= REFLEXION_WINDOW
         assert (r["new_memory_id"] is None) == (r["success"] or r["phase"] == "eval")
