@@ -134,3 +134,21 @@ def test_server_death_mid_run_leaves_an_interrupted_run_that_resumes_to_the_same
     with MemoryBank(got["bank"], create=False) as bank, MemoryBank(expected["bank"], create=False) as full:
         assert bank.count() == full.count()
         assert runs.get_run(bank, got["run_id"])["status"] == "finished"
+
+
+def test_temperature_default_overrides_a_config_and_bad_values_are_one_line(tmp_path: Path, monkeypatch):
+    from benchmarks.session import llm_endpoint, parse_temperature
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("MEMRL_MODEL", raising=False)
+    config = tmp_path / "bench.yaml"
+    config.write_text("llm:\n  temperature: 0.6\n  max_tokens: 512\n")
+    flags = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    with llm_endpoint(str(config), flags, local_llm=False) as configured:
+        assert (configured.temperature, configured.max_tokens) == (0.6, 512)
+    with llm_endpoint(str(config), {**flags, "temperature": parse_temperature("default")}, local_llm=False) as unset:
+        assert (unset.temperature, unset.max_tokens) == (None, 512)
+    with llm_endpoint(str(config), {**flags, "temperature": parse_temperature("1")}, local_llm=False) as one:
+        assert one.temperature == 1.0
+    with pytest.raises(MemrlError, match="--temperature takes a number or `default`"):
+        parse_temperature("hot")
