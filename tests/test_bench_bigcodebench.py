@@ -172,15 +172,16 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     from memrl_cli.inspection import verify
 
     rows = rows_by_id()
-    bench = BigCodeBench(data=str(DATA), stdlib_only=True, limit=2)
+    bench = BigCodeBench(data=str(DATA), stdlib_only=True, sandbox="none")  # the harness samples 2 of each split
     tasks = bench.tasks("train") + bench.tasks("val")
     replies = {t.query: fenced(canonical_program(rows[t.id])) for t in tasks}
 
     def agent(request: dict) -> str:
-        return next(reply for prompt, reply in replies.items() if prompt in request["messages"][-1]["content"])
+        return replies[request["messages"][-1]["content"]]  # the instruct prompt is the whole user message
 
     with ScriptedChatServer(distilling(agent)) as server:
-        config = BenchConfig(benchmark="bigcodebench", epochs=2, batch_size=2, limit=2, data=str(DATA),
+        # seed 1 samples tasks whose canonical solutions pass here (seed 0's BigCodeBench/195 times out)
+        config = BenchConfig(benchmark="bigcodebench", epochs=2, batch_size=2, limit=2, seed=1, data=str(DATA),
                              eval_splits=["val"], eval_limit=2, options={"stdlib_only": True, "timeout": 30})
         summary = run_benchmark(config, LLMSettings(model="scripted", base_url=server.base_url, api_key="test"),
                                 runs_dir=str(tmp_path), workers=0)
