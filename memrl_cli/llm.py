@@ -290,8 +290,9 @@ class ChatClient:
         elif status == 404:
             hint = f"no such model or route: check the model name ({self.settings.model!r}) and that the base URL ends in /v1"
         elif param is not None:
+            flag = " or --temperature default" if param == "temperature" else ""
             hint = (f"the model rejects parameter {param!r}={request[param]!r}; leave it unset so the endpoint's "
-                    f"default applies (`{param}: null` in the config's llm: section, no --{param.replace('_', '-')})")
+                    f"default applies (`{param}: null` in the config's llm: section{flag})")
         else:
             hint = "the request was rejected; fix the parameters or the prompt"
         return LLMError(f"LLM endpoint {base} answered {_describe(exc)} ({hint})", status_code=status)
