@@ -29,6 +29,7 @@ PROMPT_SPLITS = ("instruct", "complete")
 HF_DATASETS = {"full": "bigcode/bigcodebench", "hard": "bigcode/bigcodebench-hard"}
 HF_VERSION = "v0.1.4"
 TRAIN_RATIO = 0.7
+AUTHORS_SPLIT_SEEDS = {"full": 123, "hard": 42}  # the seeds of MemRL's split_full_seed123 / split_hard_seed42
 DETAIL_CHARS = 600
 CHECKER = Path(__file__).with_name("bcb_check.py")
 VERDICT_MARKER = "@@BCB-VERDICT@@ "
@@ -127,7 +128,7 @@ class BigCodeBench:
         python: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        seed: int = 42,
+        seed: int | None = None,
         **options: Any,
     ) -> None:
         if options:
@@ -154,9 +155,11 @@ class BigCodeBench:
             key: value for key, value in (("temperature", temperature), ("max_tokens", max_tokens)) if value is not None
         }
         rows, split_path = _load_rows(data, subset, split_file)
-        if stdlib_only:
+        splits = _split_ids(rows, split_path, AUTHORS_SPLIT_SEEDS[subset] if seed is None else int(seed))
+        if stdlib_only:  # filtered after splitting, so the split is the whole set's
             rows = [row for row in rows if is_stdlib_only(row["libs"])]
-        self._splits = _split_ids(rows, split_path, seed)
+        kept = {row["task_id"] for row in rows}
+        self._splits = {name: [i for i in ids if i in kept] for name, ids in splits.items()}
         self._rows = {row["task_id"]: row for row in rows}
         self.limit = limit
 
@@ -306,7 +309,11 @@ def _download_rows(subset: str) -> list[dict[str, Any]]:
 
 
 def _split_ids(rows: list[dict[str, Any]], split_path: Path | None, seed: int) -> dict[str, list[str]]:
-    """train/val task ids, in data order: from the split file, else a seeded 70/30 shuffle."""
+    """train/val task ids, in data order: from the split file, else the authors' seeded 70/30 split.
+
+    The authors' procedure (it reproduces split_full_seed123.json and split_hard_seed42.json
+    exactly): sort the ids, shuffle with `random.Random(seed)`, the first int(0.7·n) are train.
+    """
     ids = [row["task_id"] for row in rows]
     if split_path is not None:
         spec = json.loads(split_path.read_text(encoding="utf-8"))
@@ -314,8 +321,8 @@ def _split_ids(rows: list[dict[str, Any]], split_path: Path | None, seed: int) -
             raise MemrlError(f"BigCodeBench split file {split_path} lacks train_ids/val_ids: use the MemRL split format")
         train, val = set(spec["train_ids"]), set(spec["val_ids"])
     else:
-        shuffled = ids[:]
+        shuffled = sorted(ids)
         random.Random(seed).shuffle(shuffled)
-        cut = round(len(shuffled) * TRAIN_RATIO)
+        cut = int(len(shuffled) * TRAIN_RATIO)
         train, val = set(shuffled[:cut]), set(shuffled[cut:])
     return {"train": [i for i in ids if i in train], "val": [i for i in ids if i in val]}

@@ -23,6 +23,7 @@ import json
 import math
 import multiprocessing
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,26 +34,42 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import metrics, registry
+from benchmarks import baselines, metrics, registry
 from benchmarks.protocol import Benchmark, Episode, Task
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import distil
 from memrl_cli.learn import check_reward
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_cli.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
+METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
+METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
+UNREWARDED = {"memp", "reflexion"}  # memory methods that learn no utility
 
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_finite(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MemrlError(f"{name} must be a finite number, got {value!r}")
+
+
 @dataclass
 class BenchConfig:
-    """Everything that decides a run's outcome (stored with the run; no secrets)."""
+    """Everything that decides a run's outcome (stored with the run; no secrets).
+
+    `q_init` is one number for every new memory or `{success: X, failure: Y}` by outcome (the
+    authors' HLE runner: 1.0 / 0.0). `q_min` hides candidates whose Q is below it in Phase B
+    (the authors' BCB/LLB: −0.8). `sim_mean`/`sim_std` fix z(sim)'s statistics (the authors'
+    per-benchmark constants) instead of the bank's own. `embedder` names the bank's embedding
+    model (e.g. `openai:text-embedding-3-large`, the authors'). `config_file` records which
+    YAML supplied the settings.
+    """
 
     benchmark: str
     method: str = "memrl"
@@ -70,19 +87,25 @@ class BenchConfig:
     alpha: float = 0.3
     success_reward: float = 1.0
     failure_reward: float = -1.0
-    q_init: float = 0.0
+    q_init: float | dict[str, float] = 0.0
     q_floor: float | None = None
+    q_min: float | None = None
+    sim_mean: float | None = None
+    sim_std: float | None = None
+    embedder: str | None = None
     seed: int = 0
     data: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    config_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise MemrlError(f"unknown method {self.method!r}; choose memrl, rag or none")
+            raise MemrlError(f"unknown method {self.method!r}; choose {', '.join(METHODS)}")
         if self.lam is None:
             self.lam = METHODS[self.method]
-        elif self.method == "rag" and self.lam != 0:
-            raise MemrlError("rag is similarity-only retrieval (λ = 0); use --method memrl --lambda X for another λ")
+        elif self.method in ("rag", "memp") and self.lam != 0:
+            raise MemrlError(f"{self.method} is similarity-only retrieval (λ = 0); use --method memrl --lambda X "
+                             "for another λ")
         if isinstance(self.eval_splits, str):
             self.eval_splits = [s.strip() for s in self.eval_splits.split(",") if s.strip()]
         if not isinstance(self.eval_splits, list) or not all(isinstance(s, str) for s in self.eval_splits):
@@ -97,11 +120,18 @@ class BenchConfig:
                 raise MemrlError(f"{name} must be a whole number of at least 1, got {value!r}")
         if not _whole(self.seed):
             raise MemrlError(f"seed must be a whole number, got {self.seed!r}")
-        for name in ("threshold", "epsilon", "alpha", "success_reward", "failure_reward", "q_init", "q_floor"):
+        if isinstance(self.q_init, dict):
+            if set(self.q_init) != {"success", "failure"}:
+                raise MemrlError(f"q_init must be a number or {{success: X, failure: Y}}, got {self.q_init!r}")
+            for value in self.q_init.values():
+                _check_finite("q_init", value)
+        else:
+            _check_finite("q_init", self.q_init)
+        for name in ("threshold", "epsilon", "alpha", "success_reward", "failure_reward", "q_floor", "q_min",
+                     "sim_mean", "sim_std"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value)):
-                raise MemrlError(f"{name} must be a finite number, got {value!r}")
+            if value is not None:
+                _check_finite(name, value)
         check_reward(1.0, self.alpha)  # α in (0, 1]
         if self.method != "none":
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε
@@ -111,10 +141,22 @@ class BenchConfig:
         """False for the no-memory baseline."""
         return self.method != "none"
 
+    @property
+    def learns_q(self) -> bool:
+        """True for the methods that reward the memories they injected (Q ← Q + α(R − Q))."""
+        return self.uses_memory and self.method not in UNREWARDED
+
     def retrieve_params(self, seed: int) -> RetrieveParams:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
         return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
-                              epsilon=self.epsilon, seed=seed)
+                              epsilon=self.epsilon, seed=seed, sim_mean=self.sim_mean, sim_std=self.sim_std,
+                              q_min=self.q_min)
+
+    def initial_q(self, success: bool) -> float:
+        """Q of a new memory from an episode with this outcome."""
+        if isinstance(self.q_init, dict):
+            return float(self.q_init["success" if success else "failure"])
+        return float(self.q_init)
 
 
 @dataclass
@@ -140,13 +182,23 @@ def _init_worker(name: str, data: str | None, limit: int | None, options: dict[s
     atexit.register(_ADAPTER.close)
 
 
-def _play(task: Task, memories: list[dict[str, Any]], learn: bool) -> Played:
+def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl") -> Played:
     assert _ADAPTER is not None and _LLM is not None
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
     if learn and not episode.env_error:
-        experience = distil(_LLM, task.query, episode.trajectory, episode.success)
+        experience = _experience(_LLM, method, task, memories, episode)
     return Played(episode, experience, _LLM.take_usage())
+
+
+def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[str, Any]],
+                episode: Episode) -> str | None:
+    """The memory text an episode leaves under `method` (None: it leaves none)."""
+    if method == "memp" and not episode.success:  # adjustment of the top memory used, else nothing (validation)
+        return baselines.adjust(llm, memories[0], task.query, episode.trajectory) if memories else None
+    if method == "reflexion" and episode.success:  # Reflexion reflects on failed trials only
+        return None
+    return distil(llm, task.query, episode.trajectory, episode.success)
 
 
 class _InProcess(Executor):
@@ -165,6 +217,34 @@ def episode_seed(seed: int, phase: str, split: str, epoch: int, position: int) -
     """A stable per-episode seed for ε-greedy, independent of batch timing and resumes."""
     digest = hashlib.sha256(f"{seed}/{phase}/{split}/{epoch}/{position}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
+
+
+def stratified_sample(tasks: list[Task], n: int | None, seed: int, split: str) -> list[Task]:
+    """A seeded sample of `n` tasks, stratified by `Task.meta["task_type"]`, kept in stream order.
+
+    Every type gets one task, and the rest is shared in proportion to the types' sizes (largest
+    remainder); when `n` is below the number of types, `n` types drawn at random get one each.
+    All tasks when `n` is None or not below the split's size. (The first N by id can be a single
+    type: the first 200 ALFWorld training games by id are all `examine`.)
+    """
+    if n is None or n >= len(tasks):
+        return list(tasks)
+    rng = random.Random(episode_seed(seed, "limit", split, 0, 0))
+    groups: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        groups.setdefault(str(task.meta.get("task_type", "")), []).append(i)
+    types = sorted(groups)
+    if n < len(types):  # fewer tasks than types: n distinct types, one task each
+        quota = {t: 1 for t in rng.sample(types, n)}
+    else:
+        spare, rest = n - len(types), len(tasks) - len(types)
+        shares = {t: spare * (len(groups[t]) - 1) / rest if rest else 0.0 for t in types}
+        quota = {t: 1 + math.floor(shares[t]) for t in types}
+        by_remainder = sorted(types, key=lambda t: (-(shares[t] - math.floor(shares[t])), t))
+        for t in by_remainder[:n - sum(quota.values())]:
+            quota[t] += 1
+    chosen = sorted(i for t, k in quota.items() for i in rng.sample(groups[t], k))
+    return [tasks[i] for i in chosen]
 
 
 def code_version() -> str:
@@ -205,39 +285,47 @@ class Run:
         learn = phase == "train" and self.config.uses_memory
         vectors: list[list[float] | None] = [None] * len(tasks)
         retrievals: list[Any] = [None] * len(tasks)
-        if self.config.uses_memory:
+        memories: list[list[dict[str, Any]]] = [[] for _ in tasks]
+        if self.config.method == "reflexion":  # the task's own reflections; no retrieval, no receipt
+            memories = [baselines.reflexion_memories(self.bank, t.id) for t in tasks]
+        elif self.config.uses_memory:
             vectors = [v.tolist() for v in self.bank.embedder.embed([t.query for t in tasks])]
             retrievals = [self.bank.retrieve(t.query, self.config.retrieve_params(
                               episode_seed(self.config.seed, phase, split, epoch, start + i)),
                               vector=vectors[i], record=learn)
                           for i, t in enumerate(tasks)]
-        memories = [r.memories if r else [] for r in retrievals]
+            memories = [r.memories if r else [] for r in retrievals]
         played: list[Played] = []
-        for result in pool.map(_play, tasks, memories, [learn] * len(tasks)):
+        for result in pool.map(_play, tasks, memories, [learn] * len(tasks), [self.config.method] * len(tasks)):
             played.append(result)
             self.on_progress("episode", {"phase": phase, "split": split, "epoch": epoch,
                                          "success": result.episode.success})
-        self.commit(phase, split, epoch, batch, start, tasks, retrievals, vectors, played)
+        self.commit(phase, split, epoch, batch, start, tasks, retrievals, memories, vectors, played)
 
     def commit(self, phase: str, split: str, epoch: int, batch: int, start: int, tasks: list[Task],
-               retrievals: list[Any], vectors: list[list[float] | None], played: list[Played]) -> None:
+               retrievals: list[Any], memories: list[list[dict[str, Any]]], vectors: list[list[float] | None],
+               played: list[Played]) -> None:
         """Rewards, new memories, episode rows and the batch marker: one transaction."""
         c = self.config
         source = f"run:{self.run_id}"
         rows = []
         with self.bank.transaction():
-            for i, (task, retrieval, vector, p) in enumerate(zip(tasks, retrievals, vectors, played)):
+            for i, (task, retrieval, injected, vector, p) in enumerate(zip(tasks, retrievals, memories, vectors,
+                                                                           played)):
                 ep = p.episode
                 reward = c.success_reward if ep.success else c.failure_reward
-                memory_ids = [m["id"] for m in retrieval.memories] if retrieval else []
+                memory_ids = [m["id"] for m in injected]
                 new_id = None
-                if p.experience is not None:
-                    if retrieval and retrieval.id is not None and memory_ids:
+                if p.experience is not None and c.method == "memp" and not ep.success:
+                    self.bank.revise(memory_ids[0], p.experience)  # MemP's adjustment, in place
+                    new_id = memory_ids[0]
+                elif p.experience is not None:
+                    if c.learns_q and retrieval and retrieval.id is not None and memory_ids:
                         self.bank.reward_many([{"retrieval_id": retrieval.id, "reward": reward, "alpha": c.alpha,
                                                 "floor": c.q_floor, "source": source}])
                     new_id = self.bank.ingest_many([MemoryInput(
                         intent=task.query, experience=p.experience, outcome="success" if ep.success else "failure",
-                        task_id=task.id, source=source, q=c.q_init, vector=vector,
+                        task_id=task.id, source=source, q=c.initial_q(ep.success), vector=vector,
                         metadata={"run": self.run_id, "epoch": epoch, "status": ep.status, "steps": ep.steps,
                                   "injected": memory_ids, **ep.info})])[0].id
                 rows.append({"phase": phase, "split": split, "epoch": epoch, "batch": batch, "position": start + i,
@@ -299,15 +387,15 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         if unknown:
             raise MemrlError(f"{config.benchmark} has no split {', '.join(sorted(unknown))}; "
                              f"its evaluation splits are {', '.join(adapter.eval_splits) or 'none'}")
-        train = adapter.tasks(adapter.train_split)[:config.limit]
-        evals = {s: adapter.tasks(s)[:config.eval_limit] for s in config.eval_splits}
+        train = stratified_sample(adapter.tasks(adapter.train_split), config.limit, config.seed, "train")
+        evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
     finally:
         adapter.close()
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
     ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
-    bank = MemoryBank(bank_path, index="numpy")  # a long-lived process: the in-memory scan is fastest
+    bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
     try:
         if not resume:  # config.json first: a run killed at any point after this can be resumed
             (out_dir / "config.json").write_text(json.dumps(
@@ -327,6 +415,11 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         summary = finish(run, settings)
         runs.set_status(bank, run_id, "finished")
         return summary
+    except LLMError as exc:  # the endpoint failed for good: stop cleanly, resumable from the last commit
+        runs.set_status(bank, run_id, "interrupted")
+        done = len(runs.completed_batches(bank, run_id))
+        raise MemrlError(f"run {run_id} interrupted by an LLM error after {done} committed batch(es), all kept; "
+                         f"continue with --resume {out_dir} ({exc})") from exc
     except BaseException:
         runs.set_status(bank, run_id, "interrupted")
         raise
@@ -384,6 +477,31 @@ def plot_learning_curves(summaries: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def comparison_table(summaries: list[dict[str, Any]]) -> str:
+    """The methods side by side (Markdown): accuracy per epoch, last-epoch accuracy, CSR, forgetting,
+    the last evaluation, tokens. For `none`, CSR after k epochs is pass@k (solved in any of k tries)."""
+    epochs = list(summaries[0]["accuracy"])
+    head = ["method", *[f"ep {e}" for e in epochs], "last acc", "CSR", "pass@k", "forgetting", "eval", "tokens"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        evals = "; ".join(f"{split} {list(v.values())[-1]:.3f}" for split, v in s["eval_accuracy"].items() if v)
+        cells = [s["method"], *[f"{s['accuracy'].get(e, 0):.3f}" for e in epochs], f"{s['last_epoch_accuracy']:.3f}",
+                 f"{s['final_csr']:.3f}", f"{s['final_csr']:.3f}" if s["method"] == "none" else "–",
+                 f"{s['forgetting_rate']:.3f}", evals or "–", str(s["usage"].get("total_tokens", 0))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_comparison(summaries: list[dict[str, Any]], runs_dir: str) -> dict[str, str]:
+    """`<benchmark>-comparison.{png,md,json}` in `runs_dir`: one plot, one table, every summary."""
+    stem = Path(runs_dir) / f"{summaries[0]['benchmark'].replace(':', '_')}-comparison"
+    paths = {"plot": f"{stem}.png", "table": f"{stem}.md", "summaries": f"{stem}.json"}
+    plot_learning_curves(summaries, Path(paths["plot"]))
+    Path(paths["table"]).write_text(f"# {summaries[0]['benchmark']}: runtime learning\n\n" + comparison_table(summaries))
+    Path(paths["summaries"]).write_text(json.dumps(summaries, indent=2))
+    return paths
 
 
 def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:

@@ -105,6 +105,7 @@ class HLE:
         judge_base_url: str | None = None,
         judge_api_key_env: str | None = None,
         judge_max_tokens: int = 4096,
+        judge_temperature: float | None = 0.0,
         local_match: bool = True,
     ) -> None:
         if not 0.0 <= float(val_fraction) < 1.0:
@@ -117,6 +118,7 @@ class HLE:
         if judge_api_key_env is not None:
             _judge_api_key(judge_api_key_env)  # fail before any episode, not in every one
         self.judge_max_tokens = int(judge_max_tokens)
+        self.judge_temperature = None if judge_temperature is None else float(judge_temperature)
         self.local_match = _as_bool(local_match)
         self._judge_lock = threading.Lock()
         self._judge: LLM | None = None
@@ -162,7 +164,7 @@ class HLE:
         try:
             judge_text = self._judge_client(llm).chat(
                 [{"role": "user", "content": judge_prompt(question, response)}],
-                temperature=0.0,
+                temperature=self.judge_temperature,
                 max_tokens=self.judge_max_tokens,
             )
             judgement = parse_judgement(judge_text)
@@ -181,13 +183,15 @@ class HLE:
             return llm
         with self._judge_lock:
             if self._judge is None:
-                self._judge = _make_judge(llm, self.judge_model, self.judge_base_url, self.judge_api_key_env)
+                self._judge = _make_judge(llm, self.judge_model, self.judge_base_url, self.judge_api_key_env,
+                                          self.judge_temperature)
             return self._judge
 
 
-def _make_judge(llm: LLM, model: str | None, base_url: str | None, api_key_env: str | None) -> LLM:
+def _make_judge(llm: LLM, model: str | None, base_url: str | None, api_key_env: str | None,
+                temperature: float | None = 0.0) -> LLM:
     """A separate ChatClient for the judge, inheriting the agent's settings where not overridden."""
-    overrides: dict[str, Any] = {"temperature": 0.0}
+    overrides: dict[str, Any] = {"temperature": temperature}
     if model is not None:
         overrides["model"] = model
     if base_url is not None:
@@ -338,7 +342,8 @@ def _split(rows: list[dict[str, Any]], val_fraction: float, seed: int) -> dict[s
 
 
 def _task(row: dict[str, Any]) -> Task:
-    meta = {"category": row["category"], "answer_type": row["answer_type"], "has_image": bool(row["image"])}
+    meta = {"category": row["category"], "task_type": row["category"], "answer_type": row["answer_type"],
+            "has_image": bool(row["image"])}
     return Task(id=row["id"], query=row["question"], payload=row, meta=meta)
 
 

@@ -342,7 +342,8 @@ class LLBDatabase:
         for key, sample in llb_common.load_samples(self.data / SPLIT_FILES[split], self.limit):
             answer = sample["answer_info"]
             payload = {"instruction": sample["instruction"], "answer_info": answer, "table_info": sample["table_info"]}
-            meta = {"answer_type": "md5" if answer.get("md5") else "direct", "skills": sample.get("skill_list", [])}
+            kind = "md5" if answer.get("md5") else "direct"  # a write (table hash) or a query (rows)
+            meta = {"answer_type": kind, "task_type": kind, "skills": sample.get("skill_list", [])}
             tasks.append(Task(id=f"db/{key}", query=sample["instruction"], payload=payload, meta=meta))
         return tasks
 

@@ -30,7 +30,9 @@ class Task:
 
     `id` is stable across runs (metrics are keyed on it); `query` is the text the memory is
     retrieved and stored under (the task's intent); `payload` is whatever the adapter needs
-    to play it (a game file path, a test string, ...).
+    to play it (a game file path, a test string, ...). `meta["task_type"]`, when an adapter
+    sets it (ALFWorld's six types, HLE's categories, DBBench's query/write), stratifies the
+    harness's `--limit` sample so that every type is represented.
     """
 
     id: str

@@ -1,7 +1,8 @@
 """`memrl bench`: settings from flags, config and environment; the LLM endpoint; progress; reports.
 
 Precedence for benchmark settings, highest first: command-line flags, the `bench:` section of
-`--config`, the `BenchConfig` defaults. LLM settings follow `memrl_cli.llm.resolve_llm_settings`
+`--config` (by default configs/NAME.yaml, which carries the MemRL authors' protocol for NAME),
+the `BenchConfig` defaults. LLM settings follow `memrl_cli.llm.resolve_llm_settings`
 (flags, then OPENAI_API_KEY / OPENAI_BASE_URL / MEMRL_MODEL, then the `llm:` section, then
 defaults). With no API key and no base URL anywhere, the offline local model is used if it is
 installed (a plumbing check, not a capable agent); `--local-llm` asks for it explicitly.
@@ -13,17 +14,34 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from benchmarks.harness import BenchConfig, plot_learning_curves, progress_printer, run_benchmark
+from benchmarks.harness import BenchConfig, progress_printer, run_benchmark, write_comparison
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, LLMSettings, resolve_llm_settings
 
-BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method"}
+BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def default_config(name: str) -> str | None:
+    """configs/NAME.yaml (the authors' protocol for NAME) when it exists, else None."""
+    path = CONFIGS / f"{name}.yaml"
+    return str(path) if ":" not in name and path.is_file() else None
+
+
+def parse_temperature(text: str | None) -> float | str | None:
+    """`--temperature`: a number, `default` (send none, overriding a config), or None (not given)."""
+    if text is None or text == "default":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise MemrlError(f"--temperature takes a number or `default` (send none), got {text!r}") from None
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -56,24 +74,35 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(section.get("options") or {}, dict):
         raise MemrlError(f"config {path}: `options:` must be a mapping of adapter options")
     if "method" in section and not isinstance(section["method"], str):
-        raise MemrlError(f"config {path}: `method:` must be memrl, rag or none (comma-separated to compare)")
+        raise MemrlError(f"config {path}: `method:` must be a method name (comma-separated to compare)")
     return section
 
 
-def _has_llm_section(path: str | None) -> bool:
+def _llm_section(path: str | None) -> dict[str, Any] | None:
     if path is None:
-        return False
+        return None
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    return isinstance(data, dict) and isinstance(data.get("llm"), dict)
+    section = data.get("llm") if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else None
 
 
 @contextmanager
 def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
-    """The agent's LLM settings; starts (and stops) the offline model when it is to be used."""
-    llm_config = config if _has_llm_section(config) else None
-    configured = flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY) or llm_config
+    """The agent's LLM settings; starts (and stops) the offline model when it is to be used.
+
+    A config's `llm:` section names an endpoint only if it sets `base_url` or `model`; one that
+    only sets sampling (the authors' temperature) applies to whichever endpoint is used.
+    `temperature="default"` in `flags` sends no temperature, whatever the config says.
+    """
+    section = _llm_section(config)
+    llm_config = config if section is not None else None
+    unset = flags.get("temperature") == "default"
+    flags = {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and unset)}
+    names_endpoint = section is not None and bool({"base_url", "model"} & set(section))
+    configured = flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY) or names_endpoint
     if not local_llm and configured:
-        yield resolve_llm_settings(llm_config, **{k: v for k, v in flags.items() if v is not None})
+        settings = resolve_llm_settings(llm_config, **flags)
+        yield replace(settings, temperature=None) if unset else settings
         return
     from benchmarks.local_llm import LocalModelServer, gguf_path, require_llama_server
 
@@ -87,7 +116,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
     with LocalModelServer() as server:
-        yield server.llm_settings()
+        yield server.llm_settings(**{k: v for k, v in flags.items() if k == "temperature"})
 
 
 @contextmanager
@@ -131,10 +160,12 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     """Run `name` once per method (each in its own bank unless --db), and plot them together.
 
     `methods` is comma-separated (flag, else the config's `method`, else memrl). A λ override
-    applies to memrl only: rag is λ = 0 by definition and none retrieves nothing.
+    applies to memrl only: rag is λ = 0 by definition and none retrieves nothing. Without
+    `config`, configs/NAME.yaml applies when it exists (the authors' protocol for NAME).
     """
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
+    config = config or default_config(name)
     settings = read_config(config)
     chosen = [m.strip() for m in (methods or settings.get("method") or "memrl").split(",")]
     if len(chosen) > 1 and (db or resume):
@@ -145,6 +176,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         values = {**settings, **{k: v for k, v in flags.items() if v is not None}}
         values["options"] = {**(settings.get("options") or {}), **options}
         values["method"] = method
+        values["config_file"] = os.path.abspath(config) if config else None
         if method != "memrl":
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
@@ -156,10 +188,9 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
                 summaries.append(run_benchmark(bench_config, llm, bank_path=db, runs_dir=runs_dir, resume=resume,
                                                workers=workers, on_progress=report))
     if len(summaries) > 1:
-        path = Path(runs_dir) / f"{name}-comparison.png"
-        plot_learning_curves(summaries, path)
+        paths = write_comparison(summaries, runs_dir)
         for s in summaries:
-            s["comparison_plot"] = str(path)
+            s["comparison_plot"], s["comparison_table"] = paths["plot"], paths["table"]
     return summaries
 
 

@@ -726,6 +726,23 @@ class MemoryBank:
             raise MemrlError(f"{where}{exc}") from None
         return rid, ids, r, a, f, request.get("source"), bool(request.get("allow_repeat"))
 
+    def revise(self, memory_id: int, experience: str) -> bool:
+        """Replace a memory's experience text in place (MemP's adjustment rule); intent, vector and Q stay.
+
+        Returns False, changing nothing, when another memory already holds exactly that content.
+        """
+        experience = _text(experience, "experience", "")
+        with self.transaction() as conn:
+            row = conn.execute(f"SELECT intent FROM memories WHERE id = ?{self.store.lock}", (memory_id,)).fetchone()
+            if row is None:
+                raise MemrlError(f"unknown memory id {memory_id}")
+            digest = content_hash(row[0], experience)
+            if conn.execute("SELECT 1 FROM memories WHERE content_hash = ? AND id <> ?", (digest, memory_id)).fetchone():
+                return False
+            conn.execute("UPDATE memories SET experience = ?, content_hash = ?, updated_at = ? WHERE id = ?",
+                         (experience, digest, now(), memory_id))
+        return True
+
     def set_q(self, memory_id: int, q: float, source: str) -> None:
         """Assign Q outright (a `set` ledger row), e.g. after merging duplicates or a reset."""
         if not math.isfinite(q):

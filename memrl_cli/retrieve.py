@@ -17,6 +17,10 @@ constants here, which is why users could not reproduce their numbers.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
+
+With `q_min`, Phase B selects only among candidates whose Q is at least `q_min`, as the authors'
+code does (BCB and LLB: −0.8); z(Q)'s statistics still come from all candidates, before that
+filter, also as in their code. A filtered-out candidate stays in the receipt, unselected.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class RetrieveParams:
     seed: int | None = None
     sim_mean: float | None = None
     sim_std: float | None = None
+    q_min: float | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
@@ -60,6 +65,8 @@ class RetrieveParams:
         if self.sim_mean is not None and not (math.isfinite(self.sim_mean) and math.isfinite(self.sim_std or 0)
                                               and self.sim_std > 0):
             raise MemrlError(f"sim_mean must be finite and sim_std finite and > 0, got {self.sim_mean}, {self.sim_std}")
+        if self.q_min is not None and not (isinstance(self.q_min, (int, float)) and math.isfinite(self.q_min)):
+            raise MemrlError(f"q_min must be a finite number or unset, got {self.q_min!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as stored in a receipt."""
@@ -115,14 +122,17 @@ def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tupl
     qs = np.array([c.q for c in candidates], dtype=np.float64)
     mean, std = (params.sim_mean, params.sim_std) if params.sim_mean is not None else sim_stats
     z_sim = zscores(sims, mean, std)
-    z_q = zscores(qs, clip=Z_CLIP)
+    z_q = zscores(qs, clip=Z_CLIP)  # over all candidates, before the q_min filter (as the authors)
     scores = (1 - params.lam) * z_sim + params.lam * z_q
     for c, zs, zq, s in zip(candidates, z_sim, z_q, scores):
         c.z_sim, c.z_q, c.score = float(zs), float(zq), float(s)
-    ranked = sorted(candidates, key=lambda c: (-c.score, -c.similarity, c.memory_id))
-    k2 = min(params.k2, len(candidates))
+    eligible = candidates if params.q_min is None else [c for c in candidates if c.q >= params.q_min]
+    if not eligible:
+        return False
+    ranked = sorted(eligible, key=lambda c: (-c.score, -c.similarity, c.memory_id))
+    k2 = min(params.k2, len(eligible))
     explored = params.epsilon > 0 and rng.random() < params.epsilon
-    chosen = rng.sample(candidates, k2) if explored else ranked[:k2]
+    chosen = rng.sample(eligible, k2) if explored else ranked[:k2]
     if explored:
         chosen.sort(key=lambda c: (-c.score, -c.similarity, c.memory_id))
     for rank, c in enumerate(chosen):

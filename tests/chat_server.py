@@ -6,11 +6,18 @@ Tests use it instead of mocks: the real ``openai`` client talks to it over TCP.
 
 * ``"text"`` -> an assistant message with that content;
 * ``{"content": "text", "delay": 1.5}`` -> the same, after sleeping ``delay`` seconds;
-* ``{"status": 500, "message": "boom", "headers": {...}}`` -> an HTTP error with an
-  OpenAI-style error body (``delay`` also applies);
+* ``{"status": 500, "message": "boom", "headers": {...}, "param": "temperature"}`` -> an HTTP
+  error with an OpenAI-style error body (``param`` optional; ``delay`` also applies);
 * raising an exception -> HTTP 500 with the exception text.
 
 A request with ``"stream": true`` gets the answer as Server-Sent Events (chunked, one word per chunk).
+
+memrl's endpoint check (``ChatClient.check()``: one user message ``CHECK_PROMPT``) is answered
+"OK" by the server itself, so scripted responders need not know it; ``answer_checks=False``
+hands it to the responder too (to reject its parameters, say).
+
+``die()`` simulates a crashed server: from then on every connection, open ones included, is
+dropped without an answer, and the port stops listening.
 
 Example::
 
@@ -76,8 +83,10 @@ class ScriptedChatServer:
         headers: the HTTP headers of every chat completion request (names lower-cased), in order.
     """
 
-    def __init__(self, responder: Responder, *, model: str = "scripted-model", embedding_dim: int = 16) -> None:
+    def __init__(self, responder: Responder, *, model: str = "scripted-model", embedding_dim: int = 16,
+                 answer_checks: bool = True) -> None:
         self.responder = responder
+        self.answer_checks = answer_checks
         self.model = model
         self.embedding_dim = embedding_dim
         self._lock = threading.Lock()
@@ -90,6 +99,7 @@ class ScriptedChatServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self.dead = False
 
     @property
     def port(self) -> int:
@@ -141,6 +151,11 @@ class ScriptedChatServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def die(self) -> None:
+        """Crash: drop every request from now on (no answer) and stop listening; safe from a responder."""
+        self.dead = True
+        threading.Thread(target=self.stop, daemon=True).start()
+
     def __enter__(self) -> "ScriptedChatServer":
         return self.start()
 
@@ -157,7 +172,7 @@ class ScriptedChatServer:
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         try:
             try:
-                answer: Any = self.responder(body)
+                answer: Any = "OK" if self.answer_checks and is_check(body) else self.responder(body)
             except Exception as exc:  # the script simulates a server crash
                 return 500, _error_body(f"responder raised {type(exc).__name__}: {exc}", "server_error"), {}
             if isinstance(answer, str):
@@ -170,7 +185,7 @@ class ScriptedChatServer:
             headers = {str(k): str(v) for k, v in answer.get("headers", {}).items()}
             if status != 200:
                 message = answer.get("message", f"scripted HTTP {status}")
-                return status, _error_body(message, "scripted_error"), headers
+                return status, _error_body(message, "scripted_error", answer.get("param")), headers
             return 200, self._completion(body, str(answer.get("content", ""))), headers
         finally:
             with self._lock:
@@ -271,6 +286,9 @@ class ScriptedChatServer:
                 return self.path.split("?", 1)[0].rstrip("/")
 
             def do_GET(self) -> None:
+                if server.dead:
+                    self.close_connection = True
+                    return
                 if self._path() == "/v1/models":
                     self._send(200, server._models())
                 else:
@@ -284,10 +302,16 @@ class ScriptedChatServer:
                     self._send(400, _error_body(f"invalid JSON body: {exc}", "invalid_request_error"))
                     return
                 path = self._path()
+                if server.dead:  # the crash drops the connection without an answer
+                    self.close_connection = True
+                    return
                 if path == "/v1/chat/completions":
                     with server._lock:
                         server._headers.append({k.lower(): v for k, v in self.headers.items()})
                     status, payload, headers = server._chat(body)
+                    if server.dead:
+                        self.close_connection = True
+                        return
                     if body.get("stream") and status == 200:
                         self._stream(payload, headers)
                     else:
@@ -314,8 +338,15 @@ def _stream_events(completion: dict) -> list[str]:
     return [json.dumps(e) for e in events] + ["[DONE]"]
 
 
-def _error_body(message: str, kind: str) -> dict:
-    return {"error": {"message": message, "type": kind, "code": None, "param": None}}
+def is_check(body: dict) -> bool:
+    """True for the single request `ChatClient.check()` sends."""
+    from memrl_cli.llm import CHECK_PROMPT
+
+    return body.get("messages") == [{"role": "user", "content": CHECK_PROMPT}]
+
+
+def _error_body(message: str, kind: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "code": None, "param": param}}
 
 
 def distilling(responder: Callable[[dict], Any], reply: str = "Reuse what worked; avoid what failed.") -> Callable[[dict], Any]:

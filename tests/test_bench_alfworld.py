@@ -268,6 +268,17 @@ E2E_GAMES = 3
 E2E_STEPS = 20
 
 
+def test_limit_60_covers_all_six_task_types(data_root: Path) -> None:
+    """`--limit 60` samples the training games by task type: the first 200 by id are one type."""
+    from benchmarks.harness import stratified_sample
+
+    train = AlfworldBenchmark(data=str(data_root)).tasks("train")
+    assert len(train) == 3553 and len({t.meta["task_type"] for t in train[:200]}) == 1
+    sample = stratified_sample(train, 60, 0, "train")
+    counts = {kind: sum(t.meta["task_type"] == kind for t in sample) for kind in VALID_UNSEEN_COUNTS}
+    assert len(sample) == 60 and all(n >= 5 for n in counts.values()), counts
+
+
 def learning_responder(tasks: list[Task]):
     """An agent that plays the walkthrough only when memories are in its prompt, else looks around.
 
@@ -297,7 +308,7 @@ def e2e_args(data_root: Path, server: ScriptedChatServer, runs_dir: Path) -> lis
     return [sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--data", str(data_root), "--limit", str(E2E_GAMES),
             "--epochs", "2", "--batch-size", "1", "--workers", "0", "--threshold", "0.95", "--option", "train_split=valid_unseen",
             "--max-steps", str(E2E_STEPS), "--option", f"examples={AUTHORS_EXAMPLES}", "--base-url", server.base_url,
-            "--model", "scripted", "--runs-dir", str(runs_dir), "--json"]
+            "--model", "scripted", "--runs-dir", str(runs_dir), "--eval", "none", "--json"]
 
 
 @pytest.mark.slow
@@ -311,7 +322,10 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
     from memrl_cli import inspection
     from memrl_cli.bank import MemoryBank
 
-    tasks = AlfworldBenchmark(data=str(data_root), limit=E2E_GAMES, train_split="valid_unseen").tasks("valid_unseen")
+    from benchmarks.harness import stratified_sample
+
+    every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
+    tasks = stratified_sample(every, E2E_GAMES, 0, "train")  # the games `--limit` picks
     env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parent)}
     env.pop("MEMRL_DB", None)
     with ScriptedChatServer(learning_responder(tasks)) as server:
@@ -371,7 +385,7 @@ def test_bench_alfworld_runs_offline_without_an_api_key(data_root: Path, tmp_pat
     result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--data", str(data_root),
                              "--limit", "1", "--epochs", "2", "--max-steps", "2", "--workers", "0",
                              "--option", "train_split=valid_unseen", "--option", f"examples={AUTHORS_EXAMPLES}",
-                             "--runs-dir", str(tmp_path), "--json"], env=env, capture_output=True, text=True,
+                             "--eval", "none", "--runs-dir", str(tmp_path), "--json"], env=env, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stderr
     assert "offline SmolLM2-135M" in result.stderr

@@ -124,7 +124,8 @@ def test_parquet_and_jsonl_give_the_same_tasks(parquet_file: Path, jsonl_file: P
     assert from_parquet.tasks("train") == from_jsonl.tasks("train")
     task = from_parquet.tasks("train")[3]
     assert task.query == "What colour is the pixel?"
-    assert task.meta == {"category": "Biology/Medicine", "answer_type": "exactMatch", "has_image": True}
+    assert task.meta == {"category": "Biology/Medicine", "task_type": "Biology/Medicine", "answer_type": "exactMatch",
+                         "has_image": True}
     assert task.payload["image"] == PNG_URL
     assert from_parquet.tasks("val") == []
 

@@ -370,7 +370,7 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
     _require_mariadb()
     if not (DATA / "db_train.json").is_file():
         pytest.skip(f"LLB data not found in {DATA}")
-    tasks = LLBDatabase(data=str(DATA), limit=3, server="mariadb").tasks("train")
+    tasks = LLBDatabase(data=str(DATA), server="mariadb").tasks("train")  # the harness samples 3 of them
     with ScriptedChatServer(distilling(_ground_truth_agent(tasks))) as server:
         config = BenchConfig(benchmark="llb-db", epochs=2, batch_size=3, limit=3, data=str(DATA),
                              options={"server": "mariadb"})
