@@ -54,8 +54,8 @@ def main(argv: list[str]) -> None:
     for path in cgroups:
         with open(path, "w") as handle:
             handle.write(str(os.getpid()))
-    for name, value in limits.items():
-        resource.setrlimit(_RLIMITS[name], (int(value), int(value)))
+    for name, value in limits.items():  # CPU: SIGXCPU at the soft limit, SIGKILL a second later
+        resource.setrlimit(_RLIMITS[name], (int(value), int(value) + (name == "cpu")))
     fds = [os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY) for name in _NAMESPACES]
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY)
     for fd in fds:

@@ -65,7 +65,8 @@ KEPT_CAPABILITIES = (
 # The same set as capability numbers (linux/capability.h), for `os_enter.py`.
 _KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
 ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
-MAX_CAPTURED_BYTES = 1 << 20  # keep at most 1 MiB of one script's output
+MAX_CAPTURED_BYTES = 1 << 20
+_OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")  # keep at most 1 MiB of one script's output
 _DRAIN_SECONDS = 0.2
 _START_SECONDS = 30.0  # after a script exits, how long to wait for output still in flight
 INSTALL_HINT = "install them with `apt-get install bubblewrap debootstrap` (run as root)"
@@ -249,6 +250,7 @@ class BwrapSandbox:
         self._dir = Path(tempfile.mkdtemp(prefix="memrl-llb-os-"))
         self._process: subprocess.Popen[bytes] | None = None
         self._cgroup = _Cgroup.create(self._dir.name, limits)
+        self._out_of_memory = False  # a script reported running out of memory (the address-space limit)
         try:
             self._pid = self._start(Path(rootfs))
         except BaseException:
@@ -305,10 +307,15 @@ class BwrapSandbox:
             "/usr/bin/env", "-i", f"PATH={SANDBOX_PATH}", "HOME=/root", "USER=root", "LOGNAME=root",
             "/bin/bash", "-c", script,
         ]
-        return _run_captured(command, self.timeout)
+        result = _run_captured(command, self.timeout)
+        if any(marker in result.output for marker in _OOM_MARKERS):
+            self._out_of_memory = True
+        return result
 
     def limit_hit(self) -> str | None:
         """Which limit the sandbox ran into so far: "memory", "processes", "disk" or None."""
+        if self._out_of_memory:
+            return "memory"
         if self._cgroup is not None:
             hit = self._cgroup.limit_hit()
             if hit:
