@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import bcb_check
-from benchmarks.protocol import LLM, Episode, Task
+from benchmarks.protocol import LLM, Episode, Task, delimited_memories
 from benchmarks.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError
 
@@ -94,7 +94,7 @@ def format_memories(memories: list[dict[str, Any]]) -> str:
             f"## Memory {index} [{outcome}] (similarity {float(memory.get('similarity') or 0.0):.2f})\n"
             f"Task:\n{memory.get('intent', '')}\n\nExperience:\n{memory.get('experience', '')}"
         )
-    return "\n\n".join(parts)
+    return delimited_memories("\n\n".join(parts))
 
 
 def is_stdlib_only(libs: list[str]) -> bool:
