@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from benchmarks import llb_common
-from benchmarks.os_sandbox import CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
+from benchmarks.os_sandbox import BwrapSandbox, CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
 from benchmarks.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -150,7 +150,9 @@ class LLBOperatingSystem:
             if init.timed_out or init.exit_code != 0:
                 return _env_error(turns, info, f"initialisation failed (exit {init.exit_code}): {init.output[-300:]}")
             finish_reason = self._play(sandbox, task, memories, llm, turns, info)
-            check = sandbox.run(task.payload["check"])
+            # The bwrap sandbox grades with trusted tools (the agent may have replaced bash & co).
+            check = sandbox.run(task.payload["check"], trusted=True) if isinstance(sandbox, BwrapSandbox) \
+                else sandbox.run(task.payload["check"])
             limit_hit = getattr(sandbox, "limit_hit", lambda: None)() or info.pop("cpu_limit_hit", None)
         except SandboxError as exc:
             return _env_error(turns, info, str(exc))

@@ -55,6 +55,7 @@ DOCKERFILE = (
     'CMD ["bash"]\n'
 )
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 SANDBOX_HOSTNAME = "llb-os"
 # Docker's default capability set, minus MKNOD (a root process with CAP_MKNOD could create
 # and open the host's block devices, since there is no device cgroup here).
@@ -65,6 +66,7 @@ KEPT_CAPABILITIES = (
 # The same set as capability numbers (linux/capability.h), for `os_enter.py`.
 _KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
 ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
+PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_enter.PRISTINE)
 MAX_CAPTURED_BYTES = 1 << 20
 _OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")  # keep at most 1 MiB of one script's output
 _DRAIN_SECONDS = 0.2
@@ -264,7 +266,7 @@ class BwrapSandbox:
         options = f"lowerdir={rootfs},upperdir={layers}/upper,workdir={layers}/work"
         read_fd, write_fd = os.pipe()
         bwrap = [
-            "bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev",
+            "bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev", "--ro-bind", str(rootfs), PRISTINE,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--hostname", SANDBOX_HOSTNAME,
             "--die-with-parent", "--chdir", "/", "--info-fd", str(write_fd),
             "--", "/bin/sh", "-c", "echo ready && exec cat",
@@ -297,15 +299,21 @@ class BwrapSandbox:
             raise SandboxError(f"could not start the LLB OS sandbox: {reason}")
         return int(info["child-pid"])
 
-    def run(self, script: str) -> CommandResult:
-        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/os_enter.py`)."""
+    def run(self, script: str, trusted: bool = False) -> CommandResult:
+        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/os_enter.py`).
+
+        `trusted` (for the check that grades the episode) runs it with the pristine rootfs's
+        shell, tools, loader and libraries, and the system directories first on PATH.
+        """
         if self._process is None or self._process.poll() is not None:
             raise SandboxError("the LLB OS sandbox is no longer running")
+        path = TRUSTED_PATH if trusted else SANDBOX_PATH
         command = [
             sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(self._pid), _KEPT_CAPABILITY_NUMBERS,
-            json.dumps(self.limits.rlimits()), json.dumps(self._cgroup.procs_files() if self._cgroup else []), "--",
-            "/usr/bin/env", "-i", f"PATH={SANDBOX_PATH}", "HOME=/root", "USER=root", "LOGNAME=root",
-            "/bin/bash", "-c", script,
+            json.dumps(self.limits.rlimits()), json.dumps(self._cgroup.procs_files() if self._cgroup else []),
+            "trusted" if trusted else "untrusted", "--",
+            "/usr/bin/env", "-i", f"PATH={path}", "HOME=/root", "USER=root", "LOGNAME=root",
+            "/usr/bin/bash", "-c", script,
         ]
         result = _run_captured(command, self.timeout)
         if any(marker in result.output for marker in _OOM_MARKERS):
