@@ -13,7 +13,7 @@ Two processes, so that the program under test never holds the verdict's channel:
   `{"status": PASS|FAIL|RUNTIME_ERROR|MISSING_LIBRARY, "detail": str, "tests": int, "module": str|null}`.
   A line the key did not sign is a forgery (`benchmarks.bigcodebench` scores it FAIL).
 * the **harness** (`harness`, in the child) snapshots the test machinery (the `unittest`
-  modules and classes, `builtins`), executes the solution as module `__test__` (so
+  modules and classes, `builtins`), reads and deletes both files, executes the solution as module `__test__` (so
   `if __name__ == "__main__":` blocks stay idle), checks that the machinery is unchanged,
   executes the tests into the same module, runs exactly the test methods found by `ast`
   through references taken before the solution ran, checks the machinery again, and reports
@@ -144,6 +144,8 @@ def harness(report_fd: int, solution_path: str, tests_path: str) -> None:
         solution = handle.read()
     with open(tests_path, encoding="utf-8") as handle:
         tests = handle.read()
+    for path in (solution_path, tests_path):  # the program finds no test file to read
+        os.unlink(path)
     names = expected_tests(tests)
     members = _class_members(tests)
     protected = {name for name in dir(test_case) if callable(getattr(test_case, name, None))}
