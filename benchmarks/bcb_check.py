@@ -50,6 +50,7 @@ DETAIL_CHARS = 2000
 REPORT_BYTES = 1 << 20
 OUTPUT_FILE = "program_output.txt"
 _PR_SET_DUMPABLE = 4
+_WATCHED_PACKAGES = ("unittest", "json")  # the tests' machinery, and the report's serialiser
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -104,15 +105,16 @@ def _tail(text: str) -> str:
 
 
 class _Machinery:
-    """A snapshot of what the tests rely on: the unittest modules and classes, and builtins."""
+    """A snapshot of what the tests and the report rely on: the unittest and json modules and their
+    classes, and builtins."""
 
     def __init__(self) -> None:
         self.modules = {name: module for name, module in sys.modules.items()
-                        if name == "unittest" or name.startswith("unittest.")}
+                        if name.split(".")[0] in _WATCHED_PACKAGES}
         self.module_dicts = {name: dict(vars(module)) for name, module in self.modules.items()}
         self.classes = {(name, attr): (value, dict(vars(value)))
                         for name, module in self.modules.items() for attr, value in vars(module).items()
-                        if isinstance(value, type) and value.__module__.startswith("unittest")}
+                        if isinstance(value, type) and value.__module__.split(".")[0] in _WATCHED_PACKAGES}
         self.builtins = dict(vars(builtins))
 
     def changes(self) -> list[str]:
@@ -169,6 +171,14 @@ def harness(report_fd: int, solution_path: str, tests_path: str) -> None:
             super().addError(test, err)
             self.error_exceptions.append(err[1])
             self._problem(test, "error", self.errors[-1][1])
+
+        def addSubTest(self, test, subtest, err) -> None:  # noqa: N802
+            super().addSubTest(test, subtest, err)
+            if err is not None:
+                if not issubclass(err[0], test.failureException):
+                    self.error_exceptions.append(err[1])
+                kind = "fail" if issubclass(err[0], test.failureException) else "error"
+                self._problem(test, kind, self._exc_info_to_string(err, test))
 
         def addSkip(self, test, reason) -> None:  # noqa: N802
             super().addSkip(test, reason)

@@ -216,8 +216,9 @@ def _run(command: list[str], workdir: Path, env: dict[str, str], timeout: float,
          output_limit: int, input: bytes | None = None) -> SandboxResult:
     """Start `command` in its own session, capture bounded output, kill it all on timeout."""
     start = time.monotonic()
-    process = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    process = subprocess.Popen(command, cwd=workdir, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None and process.stderr is not None
     if process.stdin is not None:
         with contextlib.suppress(BrokenPipeError):

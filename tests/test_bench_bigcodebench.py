@@ -188,3 +188,17 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     with MemoryBank(summary["bank"], create=False) as bank:
         assert bank.count() == 2 and verify(bank)["ok"]  # epoch 2 repeats epoch 1's memories exactly
         assert bank.conn.execute("SELECT count(*) FROM rewards WHERE reward = 1").fetchone()[0] >= 2
+
+
+@needs_data
+@needs_bwrap
+def test_zero_tests_is_never_a_pass_and_subtests_count() -> None:
+    bench = BigCodeBench(data=str(DATA), timeout=20)
+    subtests = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+                "        for i in range(3):\n            with self.subTest(i=i):\n"
+                "                self.assertEqual(task_func(i), i)\n")
+    assert bench.evaluate("def task_func(x):\n    return x\n", subtests).status == "PASS"
+    assert bench.evaluate("def task_func(x):\n    return 1\n", subtests).status == "FAIL"
+    empty = "import unittest\nclass TestCases(unittest.TestCase):\n    pass\n"
+    verdict = bench.evaluate("def task_func(x):\n    return x\n", empty)
+    assert verdict.status == "RUNTIME_ERROR" and "0 tests is never a pass" in verdict.detail
