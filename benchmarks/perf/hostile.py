@@ -1,6 +1,6 @@
 """Play every known attack of a hostile agent (benchmarks/hostile.py) and count those contained.
 
-    python -m benchmarks.perf.hostile [--data ../shared/data] [--only bigcodebench,llb-db] [--option llb-os.backend=docker]
+    python -m benchmarks.perf.hostile [--data DIR] [--only bigcodebench,llb-db] [--option llb-os.backend=bwrap]
 
 The agent is a scripted Chat Completions server on 127.0.0.1 (tests/chat_server.py) answering
 each benchmark with its attacks. Prints one line per attack, the honest episode played after
@@ -54,7 +54,10 @@ def measure(data: Path, only: tuple[str, ...] = hostile.BENCHMARKS,
                 continue
             try:
                 for attack in (a for a in hostile.ATTACKS if a.benchmark == name):
-                    outcome = hostile.run_attack(attack, bench, llm, script, arena)
+                    try:
+                        outcome = hostile.run_attack(attack, bench, llm, script, arena)
+                    except Exception as exc:  # the run did not go on: never contained
+                        outcome = hostile.Outcome(attack.name, name, "CRASH", False, f"{type(exc).__name__}: {exc}")
                     outcomes.append(outcome)
                     if echo:
                         verdict = "contained" if outcome.contained else f"NOT CONTAINED: {outcome.reason}"
