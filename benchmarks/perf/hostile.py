@@ -11,6 +11,7 @@ data or environment is missing is reported as skipped, with the reason.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +42,7 @@ def measure(data: Path, only: tuple[str, ...] = hostile.BENCHMARKS,
     honest: dict[str, str] = {}
     skipped: dict[str, str] = {}
     script, arena = hostile.AttackScript(), hostile.Arena()
-    with tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(script) as server:
+    with contextlib.closing(arena), tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(script) as server:
         llm = ChatClient(LLMSettings(model="hostile", base_url=server.base_url, api_key="test", max_retries=0))
         paths = data_paths(data, Path(scratch))
         for name in only:
@@ -68,7 +69,6 @@ def measure(data: Path, only: tuple[str, ...] = hostile.BENCHMARKS,
                     print(f"{name}\thonest episode after the attacks\t{episode.status}", flush=True)
             finally:
                 bench.close()
-    arena.close()
     contained = sum(outcome.contained for outcome in outcomes)
     return {"attacks": len(outcomes), "contained": contained, "honest": honest, "skipped": skipped,
             "outcomes": [outcome.__dict__ for outcome in outcomes]}
