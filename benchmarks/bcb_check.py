@@ -21,8 +21,9 @@ Two processes, so that the program under test never holds the verdict's channel:
 
 The checker passes a program only if the harness reported every expected test, each passed,
 and no tampering: 0 tests is never PASS, and an early exit (`sys.exit`, `os._exit`, a crash)
-leaves tests unreported. What this cannot stop: code that, while its tests call it, rewrites
-its own interpreter's state and restores it before the checks (docs/guarantees.md).
+leaves tests unreported. What this cannot stop: code written against this harness that
+introspects its own interpreter (frames, gc, descriptors) to forge the report or undo its
+patches before the checks; the tests must run in the program's process (docs/guarantees.md).
 
 This file runs standalone (stdlib only) with the candidate's interpreter; the sandbox copies it
 into the working directory.
