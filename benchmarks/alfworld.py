@@ -27,7 +27,7 @@ from benchmarks.alfworld_data import (
     resolve_data_dir,
     strip_banner,
 )
-from benchmarks.protocol import LLM, Episode, Task
+from benchmarks.protocol import LLM, Episode, Task, delimited_memories
 from memrl_cli.errors import MemrlError
 
 SYSTEM_PROMPT = """You are an agent in a household environment and must complete a task by interacting with it. First you get a description of the room and your goal. After each of your turns you get the observation that your last action produced.
@@ -292,7 +292,7 @@ def memory_block(memories: list[dict[str, Any]]) -> str:
         parts.append(title)
         for number, memory in enumerate(group, 1):
             parts.append(f"Memory {number}\nTask: {memory.get('intent', '').strip()}\n{memory.get('experience', '').strip()}")
-    return "\n\n".join(parts)
+    return delimited_memories("\n\n".join(parts))
 
 
 def _outcome(memory: dict[str, Any]) -> str:

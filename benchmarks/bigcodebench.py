@@ -9,10 +9,12 @@ MISSING_LIBRARY (a module not installed here: an environment error, reported apa
 from __future__ import annotations
 
 import ast
+import hmac
 import json
 import os
 import random
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, Task
+from benchmarks import bcb_check
+from benchmarks.protocol import LLM, Episode, Task, delimited_memories
 from benchmarks.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError
 
@@ -32,7 +35,7 @@ TRAIN_RATIO = 0.7
 AUTHORS_SPLIT_SEEDS = {"full": 123, "hard": 42}  # the seeds of MemRL's split_full_seed123 / split_hard_seed42
 DETAIL_CHARS = 600
 CHECKER = Path(__file__).with_name("bcb_check.py")
-VERDICT_MARKER = "@@BCB-VERDICT@@ "
+VERDICT_MARKER = bcb_check.MARKER
 
 SYSTEM_PROMPT = """You are an expert Python programmer. Solve the task with one complete, self-contained \
 Python program: include every import, define the requested function with exactly the given name and \
@@ -92,7 +95,7 @@ def format_memories(memories: list[dict[str, Any]]) -> str:
             f"## Memory {index} [{outcome}] (similarity {float(memory.get('similarity') or 0.0):.2f})\n"
             f"Task:\n{memory.get('intent', '')}\n\nExperience:\n{memory.get('experience', '')}"
         )
-    return "\n\n".join(parts)
+    return delimited_memories("\n\n".join(parts))
 
 
 def is_stdlib_only(libs: list[str]) -> bool:
@@ -212,10 +215,12 @@ class BigCodeBench:
             return Verdict("SYNTAX_ERROR", _short(f"{type(error).__name__}: {error}"))
         workdir = tempfile.mkdtemp(prefix="memrl-bcb-")
         try:
-            Path(workdir, "program.py").write_text(code + "\n" + test, encoding="utf-8")
+            Path(workdir, "solution.py").write_text(code, encoding="utf-8")
+            Path(workdir, "tests.py").write_text(test, encoding="utf-8")
             shutil.copy(CHECKER, Path(workdir, CHECKER.name))
+            key = secrets.token_hex(32).encode()
             result = run_sandboxed(
-                [self.python, "-B", CHECKER.name, "program.py"],
+                [self.python, "-B", CHECKER.name, "solution.py", "tests.py"],
                 workdir,
                 timeout=self.timeout,
                 memory_mb=self.memory_mb,
@@ -223,10 +228,11 @@ class BigCodeBench:
                 env=_program_env(workdir, self.python),
                 readable=python_readable_paths(self.python),
                 isolation=self.sandbox,
+                input=key + b"\n",
             )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        return _classify(result)
+        return _classify(result, key)
 
     def close(self) -> None:
         """Nothing to release: every evaluation cleans up its own sandbox."""
@@ -251,16 +257,25 @@ def _program_env(workdir: str, python: str) -> dict[str, str]:
     }
 
 
-def _classify(result: SandboxResult) -> Verdict:
-    """Turn the sandbox outcome and the checker's verdict line into a Verdict."""
+def _classify(result: SandboxResult, key: bytes) -> Verdict:
+    """Turn the sandbox outcome and the checker's signed verdict line into a Verdict.
+
+    Only a line signed with this run's `key` (which the program under test never holds) counts;
+    any other verdict line is a forgery and scores FAIL.
+    """
     if result.timed_out or result.signal_name == "SIGXCPU":
         return Verdict("TIMEOUT", "time limit exceeded", result.duration)
-    lines = [line for line in result.stdout.splitlines() if line.startswith(VERDICT_MARKER)]
-    if not lines:
+    lines = [line[len(VERDICT_MARKER):] for line in result.stdout.splitlines() if line.startswith(VERDICT_MARKER)]
+    signed = [payload for mac, _, payload in (line.partition(" ") for line in lines)
+              if hmac.compare_digest(mac, bcb_check.sign(key, payload))]
+    if len(signed) != len(lines):
+        return Verdict("FAIL", "a verdict line not signed by the checker: the program forged its verdict",
+                       result.duration)
+    if not signed:
         reason = "out of memory" if result.out_of_memory else f"exit {result.signal_name or result.returncode}"
-        return Verdict("RUNTIME_ERROR", _short(f"the program ended without a verdict ({reason}) "
+        return Verdict("RUNTIME_ERROR", _short(f"the checker ended without a verdict ({reason}) "
                                                f"{result.stderr.strip()[-DETAIL_CHARS:]}"), result.duration)
-    verdict = json.loads(lines[-1][len(VERDICT_MARKER):])
+    verdict = json.loads(signed[-1])
     return Verdict(verdict["status"], _short(verdict["detail"]), result.duration, verdict.get("module"))
 
 

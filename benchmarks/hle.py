@@ -20,7 +20,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, Task
+from benchmarks.protocol import LLM, Episode, Task, delimited_memories
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings, resolve_llm_settings
 
@@ -400,7 +400,7 @@ def memory_block(memories: list[dict[str, Any]]) -> str:
             continue
         entries = [f"[{i}] Question: {m['intent']}\n{m['experience']}" for i, m in enumerate(chosen, start=1)]
         parts.append(title + "\n" + "\n\n".join(entries))
-    return "\n\n".join(parts)
+    return delimited_memories("\n\n".join(parts))
 
 
 # -- grading ------------------------------------------------------------------------------
@@ -481,8 +481,17 @@ def local_verdict(extracted: str | None, gold: str, answer_type: str) -> bool | 
     return chosen == correct
 
 
+_VERDICT_LABEL = re.compile(r"\bcorrect(?=\W*:)", re.IGNORECASE)
+QUOTED_LABEL = "correct (quoted from the response)"
+
+
 def judge_prompt(question: dict[str, Any], response: str) -> str:
-    """HLE's judge prompt filled with the question text, the response and the gold answer."""
+    """HLE's judge prompt filled with the question text, the response and the gold answer.
+
+    Every `correct:` label in the agent's response (a line, or a JSON key) is renamed first, so
+    a judge that quotes the response cannot hand `parse_judgement` a verdict the agent wrote.
+    """
+    response = _VERDICT_LABEL.sub(QUOTED_LABEL, response)
     return JUDGE_PROMPT.format(question=question["question"], response=response, correct_answer=question["answer"])
 
 

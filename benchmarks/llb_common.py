@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchmarks.protocol import delimited_memories
 from memrl_cli.errors import MemrlError
 
 DATA_ENV = "LLB_DATA"
@@ -78,7 +79,7 @@ def memory_block(memories: list[dict[str, Any]]) -> str:
             lines.append(f"\n{header}")
         for number, memory in enumerate(chosen, 1):
             lines.append(f"[{label} {number}] [TYPE: {kind}]\nTask: {memory['intent']}\n{memory['experience']}\n")
-    return "\n".join(["[Retrieved Memory Context]", *lines]) if lines else ""
+    return delimited_memories("\n".join(["[Retrieved Memory Context]", *lines])) if lines else ""
 
 
 def system_prompt(memories: list[dict[str, Any]], output_format: str) -> str:

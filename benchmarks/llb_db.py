@@ -1,7 +1,9 @@
 """Lifelong Agent Bench DBBench (`llb-db`): answer questions about, or modify, a MySQL table.
 
 Each episode gets a fresh database `llb_<uuid>` holding the sample's table, created on the
-run's shared server (`benchmarks.mysql_server`) and dropped afterwards. The agent talks LLB's
+run's shared server (`benchmarks.mysql_server`) and dropped afterwards, and two users of its
+own: the agent's SQL runs as a user with rights on that database only, and the grader reads
+the table as another user (`EpisodeDatabase`). The agent talks LLB's
 protocol: `Action: Operation` with one ```sql block, whose result (or error) it sees next turn,
 until `Action: Answer` with `Final Answer: ...`, at most `max_rounds` turns.
 
@@ -14,10 +16,12 @@ under LLB's tuple parser with a 1e-6 float tolerance.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import re
+import secrets
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +72,7 @@ DB_OUTPUT_FORMAT = """STRICT OUTPUT FORMAT (LLB-DB, do not violate):
 
 SPLIT_FILES = {"train": "db_train.json", "val": "db_val.json"}
 STATEMENT_TIMEOUT = 30  # seconds a MariaDB statement may run (max_statement_time)
-_TABLE_GONE = (1049, 1054, 1146)  # unknown database, unknown column, unknown table
+_CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's (connection lost...): the environment's
 
 
 # --------------------------------------------------------------------------- LLB's protocol
@@ -210,20 +214,44 @@ def direct_answer_matches(answer: str, expected: list[list[Any]]) -> bool:
 
 
 class EpisodeDatabase:
-    """A fresh database `llb_<uuid>` holding one sample's table, on one connection."""
+    """A fresh database `llb_<uuid>` holding one sample's table, and the two users of the episode.
+
+    Least privilege: the server's admin account (`address`) only creates and drops the database
+    and the users. The agent's SQL runs as `agent_user`, with every right on this database and
+    none elsewhere (no other episode's database, no FILE, PROCESS, SUPER or SHUTDOWN). The grader
+    reads the table as `grader_user`, who may only SELECT from this database, on a connection of
+    its own, so nothing the agent left in its session (temporary tables, variables) or in its
+    database (invoker-rights views and functions) acts with more rights than the agent's.
+    """
 
     def __init__(self, address: mysql_server.ServerAddress, table: dict[str, Any]) -> None:
-        self.name = f"llb_{uuid.uuid4().hex}"
+        token = uuid.uuid4().hex
+        self.name = f"llb_{token}"
         self.table = table
-        self._address = address
-        self._connection = address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        self.agent_user = f"llba_{token[:24]}"  # MySQL allows 32 characters in a user name
+        self.grader_user = f"llbg_{token[:24]}"
+        self._admin_address = address
+        admin = address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute("SELECT CURRENT_USER()")
+                self._host = cursor.fetchone()[0].rpartition("@")[2]  # where the admin connects from
+                cursor.execute(f"CREATE DATABASE `{self.name}`")
+                cursor.execute(f"USE `{self.name}`")
+                for statement in create_table_sql(table):
+                    cursor.execute(statement)
+                agent_password, grader_password = secrets.token_hex(16), secrets.token_hex(16)
+                for user, password in ((self.agent_user, agent_password), (self.grader_user, grader_password)):
+                    cursor.execute("CREATE USER %s@%s IDENTIFIED BY %s", (user, self._host, password))
+                cursor.execute(f"GRANT ALL PRIVILEGES ON `{self.name}`.* TO %s@%s", (self.agent_user, self._host))
+                cursor.execute(f"GRANT SELECT ON `{self.name}`.* TO %s@%s", (self.grader_user, self._host))
+            admin.commit()
+        finally:
+            admin.close()
+        self._address = dataclasses.replace(address, user=self.agent_user, password=agent_password)
+        self._grader_address = dataclasses.replace(address, user=self.grader_user, password=grader_password)
+        self._connection = self._address.connect(timeout=STATEMENT_TIMEOUT + 30)
         self._mariadb = "MariaDB" in self._connection.get_server_info()
-        with self._connection.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE `{self.name}`")
-            self._prepare(cursor)
-            for statement in create_table_sql(table):
-                cursor.execute(statement)
-        self._connection.commit()
 
     def _reconnect_if_lost(self) -> None:
         """A new connection when the old one died (e.g. after a statement timed out)."""
@@ -264,29 +292,37 @@ class EpisodeDatabase:
         return result
 
     def table_md5(self) -> str:
-        """LLB's hash of the table now ("None" when the table is empty or gone)."""
-        self._reconnect_if_lost()
-        with self._connection.cursor() as cursor:
-            try:
-                cursor.execute(f"USE `{self.name}`")
-                cursor.execute(table_md5_sql(self.table))
-            except pymysql.Error as exc:
-                if exc.args and exc.args[0] in _TABLE_GONE:  # the agent dropped or altered it
-                    return "None"
-                raise
-            value = cursor.fetchone()[0]
+        """LLB's hash of the table now ("None" when the table is empty or gone), read as the grader."""
+        grader = self._grader_address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        try:
+            with grader.cursor() as cursor:
+                try:
+                    cursor.execute(f"USE `{self.name}`")
+                    cursor.execute(table_md5_sql(self.table))
+                except pymysql.Error as exc:
+                    # A server error reading what the agent left (dropped or altered table, a view
+                    # or function the grader may not run) means the table is not the expected one.
+                    if exc.args and isinstance(exc.args[0], int) and exc.args[0] < _CLIENT_ERRORS:
+                        return "None"
+                    raise
+                value = cursor.fetchone()[0]
+        finally:
+            grader.close()
         return "None" if value is None else str(value)
 
     def drop(self) -> None:
-        """Drop the database and close the connection."""
+        """Close the agent's connection, then drop the database and both users as the admin."""
+        with contextlib.suppress(pymysql.Error):
+            self._connection.close()
+        admin = self._admin_address.connect(timeout=STATEMENT_TIMEOUT + 30)
         try:
-            self._reconnect_if_lost()
-            with self._connection.cursor() as cursor:
+            with admin.cursor() as cursor:
                 cursor.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
-            self._connection.commit()
+                for user in (self.agent_user, self.grader_user):
+                    cursor.execute("DROP USER IF EXISTS %s@%s", (user, self._host))
+            admin.commit()
         finally:
-            with contextlib.suppress(pymysql.Error):
-                self._connection.close()
+            admin.close()
 
 
 # --------------------------------------------------------------------------- the adapter

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from benchmarks import llb_common
-from benchmarks.os_sandbox import CommandResult, Sandbox, SandboxError, SandboxFactory
+from benchmarks.os_sandbox import BwrapSandbox, CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
 from benchmarks.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -64,6 +64,8 @@ INCORRECT = "INCORRECT"
 ROUND_LIMIT = "ROUND_LIMIT"
 FORMAT_ERROR = "FORMAT_ERROR"
 ENV_ERROR = "ENV_ERROR"
+LIMIT_STATUS = {"memory": "LIMIT_MEMORY", "processes": "LIMIT_PROCESSES", "disk": "LIMIT_DISK", "cpu": "LIMIT_CPU"}
+_SIGXCPU_EXIT = 128 + 24  # bash's exit status when its command died of SIGXCPU
 _FAILURE_STATUS = {"finish": INCORRECT, "round_limit": ROUND_LIMIT, "format_error": FORMAT_ERROR}
 
 
@@ -74,7 +76,9 @@ class LLBOperatingSystem:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
     LLB itself does); `backend` "auto" | "docker" | "bwrap"; `rootfs` the bwrap rootfs
     directory (default ~/.cache/memrl/rootfs-bookworm, built on first use); `docker_image`
-    the Docker image tag (built on first use).
+    the Docker image tag (built on first use). Limits of the bwrap sandbox (`os_sandbox.Limits`):
+    `memory_mb` and `nproc` for the whole sample, `cpu_seconds` per process, `disk_mb` written;
+    a failed episode that hit one ends as LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_CPU or LIMIT_DISK.
     """
 
     name = "llb-os"
@@ -91,6 +95,10 @@ class LLBOperatingSystem:
         backend: str = "auto",
         max_output_chars: int = 800,
         docker_image: str | None = None,
+        memory_mb: int = Limits.memory_mb,
+        nproc: int = Limits.nproc,
+        cpu_seconds: int = Limits.cpu_seconds,
+        disk_mb: int = Limits.disk_mb,
     ) -> None:
         if int(max_rounds) < 1:
             raise MemrlError(f"llb-os max_rounds must be >= 1, got {max_rounds}")
@@ -102,7 +110,11 @@ class LLBOperatingSystem:
         self.data = llb_common.data_dir(data, tuple(SPLIT_FILES.values()))
         self.limit = int(limit) if limit is not None else None
         image = {"image": docker_image} if docker_image else {}
-        self.sandboxes = SandboxFactory(backend=backend, timeout=self.command_timeout, rootfs=rootfs, **image)
+        limits = Limits(int(memory_mb), int(nproc), int(cpu_seconds), int(disk_mb))
+        if min(limits.memory_mb, limits.nproc, limits.cpu_seconds, limits.disk_mb) < 1:
+            raise MemrlError(f"llb-os limits must be >= 1, got {limits}")
+        self.sandboxes = SandboxFactory(backend=backend, timeout=self.command_timeout, rootfs=rootfs, limits=limits,
+                                        **image)
 
     def tasks(self, split: str) -> list[Task]:
         """The samples of `split` ("train" or "val") in sample-index order, as `os/<key>` tasks."""
@@ -137,15 +149,20 @@ class LLBOperatingSystem:
             init = sandbox.run(task.payload["init"])
             if init.timed_out or init.exit_code != 0:
                 return _env_error(turns, info, f"initialisation failed (exit {init.exit_code}): {init.output[-300:]}")
-            finish_reason = self._play(sandbox, task, memories, llm, turns)
-            check = sandbox.run(task.payload["check"])
+            finish_reason = self._play(sandbox, task, memories, llm, turns, info)
+            # The bwrap sandbox grades with trusted tools (the agent may have replaced bash & co).
+            check = sandbox.run(task.payload["check"], trusted=True) if isinstance(sandbox, BwrapSandbox) \
+                else sandbox.run(task.payload["check"])
+            limit_hit = getattr(sandbox, "limit_hit", lambda: None)() or info.pop("cpu_limit_hit", None)
         except SandboxError as exc:
             return _env_error(turns, info, str(exc))
         finally:
             sandbox.close()
         success = check.exit_code == 0 and not check.timed_out
         info.update(finish_reason=finish_reason, check_exit_code=check.exit_code)
-        status = CORRECT if success else _FAILURE_STATUS[finish_reason]
+        if limit_hit:
+            info["limit_hit"] = limit_hit
+        status = CORRECT if success else LIMIT_STATUS.get(limit_hit or "", _FAILURE_STATUS[finish_reason])
         return Episode(success, len(turns), llb_common.render_trajectory(turns), status=status, info=info)
 
     def close(self) -> None:
@@ -153,7 +170,7 @@ class LLBOperatingSystem:
 
     def _play(
         self, sandbox: Sandbox, task: Task, memories: list[dict[str, Any]], llm: LLM,
-        turns: list[tuple[str, str | None]],
+        turns: list[tuple[str, str | None]], info: dict[str, Any],
     ) -> str:
         """The agent's turns (appended to `turns`); returns "finish", "round_limit" or "format_error"."""
         system = llb_common.system_prompt(memories, STRICT_OUTPUT_FORMAT)
@@ -165,7 +182,10 @@ class LLBOperatingSystem:
             if action != "bash":
                 turns.append((reply, None))
                 return "finish" if action == "finish" else "format_error"
-            observation = self.observation(sandbox.run(script))
+            result = sandbox.run(script)
+            if result.exit_code == _SIGXCPU_EXIT:
+                info["cpu_limit_hit"] = "cpu"
+            observation = self.observation(result)
             turns.append((reply, observation))
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         return "round_limit"

@@ -8,7 +8,7 @@ Where the server comes from, in order:
    reachable only through a Unix socket in a private directory.
 
 Cases 2 and 3 are *managed*: the first process that needs a server starts it under a file lock,
-records it in a state directory (`$TMPDIR/memrl-mysql-<uid>/`), and every process that uses it
+records it in a state directory (`$TMPDIR/memrl-mysql-<uid>-grants/`), and every process that uses it
 registers its pid there. `release()` (or process exit) unregisters; the last live user stops the
 server and removes its data. Worker processes of one run therefore share one server, however
 they were started (fork, spawn, or a fresh adapter per worker). A server left behind by killed
@@ -224,7 +224,8 @@ def as_mysql8(statement: str) -> str:
 
 def state_dir() -> Path:
     """Per-user directory holding the lock, the running server's record and its users' pids."""
-    path = Path(tempfile.gettempdir()) / f"memrl-mysql-{os.getuid()}"
+    # "-grants": servers started before episodes got their own users ran without grant tables.
+    path = Path(tempfile.gettempdir()) / f"memrl-mysql-{os.getuid()}-grants"
     path.mkdir(mode=0o700, exist_ok=True)
     if path.lstat().st_uid != os.getuid() or path.is_symlink():
         raise MemrlError(f"{path} belongs to another user: remove it or set TMPDIR to a private directory")
@@ -294,7 +295,7 @@ def _start_mariadb() -> dict[str, Any]:
         raise MemrlError(f"mariadb-install-db failed: {(install.stderr or install.stdout).strip()[-300:]}")
     process = subprocess.Popen(
         [server, "--no-defaults", f"--datadir={datadir}", f"--socket={socket_path}", "--skip-networking",
-         "--skip-grant-tables", f"--pid-file={root / 'mysqld.pid'}", f"--log-error={log}", *as_root,
+         f"--pid-file={root / 'mysqld.pid'}", f"--log-error={log}", *as_root,
          *_MARIADB_SETTINGS, *_INNODB_SETTINGS],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,  # outlives the process that started it; the last user stops it

@@ -28,6 +28,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -54,6 +55,7 @@ DOCKERFILE = (
     'CMD ["bash"]\n'
 )
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 SANDBOX_HOSTNAME = "llb-os"
 # Docker's default capability set, minus MKNOD (a root process with CAP_MKNOD could create
 # and open the host's block devices, since there is no device cgroup here).
@@ -61,7 +63,12 @@ KEPT_CAPABILITIES = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "net_raw", "sys_chroot", "setfcap", "audit_write",
 )
-MAX_CAPTURED_BYTES = 1 << 20  # keep at most 1 MiB of one script's output
+# The same set as capability numbers (linux/capability.h), for `os_enter.py`.
+_KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
+ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
+PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_enter.PRISTINE)
+MAX_CAPTURED_BYTES = 1 << 20
+_OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")  # keep at most 1 MiB of one script's output
 _DRAIN_SECONDS = 0.2
 _START_SECONDS = 30.0  # after a script exits, how long to wait for output still in flight
 INSTALL_HINT = "install them with `apt-get install bubblewrap debootstrap` (run as root)"
@@ -69,6 +76,81 @@ INSTALL_HINT = "install them with `apt-get install bubblewrap debootstrap` (run 
 
 class SandboxError(MemrlError):
     """The sandbox itself failed (could not start, died, Docker error): the environment's fault."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one bwrap sandbox: all its processes together may hold `memory_mb` of
+    memory and `nproc` processes/threads (a cgroup), write `disk_mb` (the size of the tmpfs
+    holding its overlay's upper layer); each process gets `cpu_seconds` of CPU time and an
+    address space of `memory_mb` (rlimits)."""
+
+    memory_mb: int = 1024
+    nproc: int = 256
+    cpu_seconds: int = 60
+    disk_mb: int = 1024
+
+    def rlimits(self) -> dict[str, int]:
+        mib = 1024 * 1024
+        return {"as": self.memory_mb * mib, "cpu": self.cpu_seconds, "fsize": self.disk_mb * mib, "core": 0}
+
+
+class _Cgroup:
+    """A pids + memory cgroup for one sandbox (cgroup v1 hierarchies or v2), or None if not writable."""
+
+    def __init__(self, directories: dict[str, Path]) -> None:
+        self.directories = directories  # controller -> directory ("unified" for v2)
+
+    @classmethod
+    def create(cls, name: str, limits: Limits) -> _Cgroup | None:
+        memory = (limits.memory_mb + limits.disk_mb) * 1024 * 1024  # tmpfs pages count as memory
+        base = Path("/sys/fs/cgroup")
+        own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+        if (base / "cgroup.controllers").exists():
+            plan = {"unified": (base / name, {"pids.max": limits.nproc, "memory.max": memory})}
+        else:
+            plan = {"pids": (base / "pids" / own.get("pids", "/").lstrip("/") / name, {"pids.max": limits.nproc}),
+                    "memory": (base / "memory" / own.get("memory", "/").lstrip("/") / name,
+                               {"memory.limit_in_bytes": memory})}
+        made: dict[str, Path] = {}
+        try:
+            for controller, (directory, settings) in plan.items():
+                directory.mkdir()
+                made[controller] = directory
+                for key, value in settings.items():
+                    (directory / key).write_text(str(value))
+        except OSError:
+            cls(made).remove()
+            return None
+        return cls(made)
+
+    def procs_files(self) -> list[str]:
+        return [str(directory / "cgroup.procs") for directory in self.directories.values()]
+
+    def limit_hit(self) -> str | None:
+        """"processes" when a fork was refused, "memory" when the OOM killer ran, else None."""
+        for directory in self.directories.values():
+            for events, key, hit in (("pids.events", "max", "processes"), ("memory.events", "oom_kill", "memory"),
+                                     ("memory.oom_control", "oom_kill", "memory")):
+                try:
+                    counts = dict(line.split() for line in (directory / events).read_text().splitlines())
+                except (OSError, ValueError):
+                    continue
+                if int(counts.get(key, 0)) > 0:
+                    return hit
+        return None
+
+    def remove(self) -> None:
+        """Remove the cgroups (waiting briefly for the killed processes to leave them)."""
+        for directory in self.directories.values():
+            for _ in range(50):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -163,11 +245,14 @@ def check_bwrap_tools() -> None:
 class BwrapSandbox:
     """A fresh overlay of `rootfs` in its own namespaces; see the module docstring."""
 
-    def __init__(self, rootfs: Path, timeout: float) -> None:
+    def __init__(self, rootfs: Path, timeout: float, limits: Limits = Limits()) -> None:
         check_bwrap_tools()
         self.timeout = float(timeout)
+        self.limits = limits
         self._dir = Path(tempfile.mkdtemp(prefix="memrl-llb-os-"))
         self._process: subprocess.Popen[bytes] | None = None
+        self._cgroup = _Cgroup.create(self._dir.name, limits)
+        self._out_of_memory = False  # a script reported running out of memory (the address-space limit)
         try:
             self._pid = self._start(Path(rootfs))
         except BaseException:
@@ -175,13 +260,13 @@ class BwrapSandbox:
             raise
 
     def _start(self, rootfs: Path) -> int:
-        upper, work, merged = (self._dir / name for name in ("upper", "work", "merged"))
-        for directory in (upper, work, merged):
+        layers, merged = self._dir / "layers", self._dir / "merged"
+        for directory in (layers, merged):
             directory.mkdir()
-        options = f"lowerdir={rootfs},upperdir={upper},workdir={work}"
+        options = f"lowerdir={rootfs},upperdir={layers}/upper,workdir={layers}/work"
         read_fd, write_fd = os.pipe()
         bwrap = [
-            "bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev",
+            "bwrap", "--bind", str(merged), "/", "--proc", "/proc", "--dev", "/dev", "--ro-bind", str(rootfs), PRISTINE,
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--hostname", SANDBOX_HOSTNAME,
             "--die-with-parent", "--chdir", "/", "--info-fd", str(write_fd),
             "--", "/bin/sh", "-c", "echo ready && exec cat",
@@ -190,11 +275,15 @@ class BwrapSandbox:
         # the sandbox. The sandbox's first process says "ready", then `cat` reads a pipe only
         # this process writes to: when this process dies, for any reason, `cat` sees EOF and
         # exits, bwrap (pid 1 inside) follows, and the kernel kills the whole pid namespace.
-        shell = 'mount -t overlay overlay -o "$1" "$2" && shift 2 && exec "$@"'
+        # The writable layer lives on a tmpfs of `disk_mb` in that namespace: the disk limit.
+        shell = ('for f in $4; do echo $$ > "$f" || exit 1; done; '
+                 'mount -t tmpfs -o "size=$3m,mode=0700" tmpfs "$5" && mkdir "$5/upper" "$5/work" && '
+                 'mount -t overlay overlay -o "$1" "$2" && shift 5 && exec "$@"')
+        cgroups = " ".join(self._cgroup.procs_files()) if self._cgroup else ""
         try:
             self._process = subprocess.Popen(
-                ["unshare", "--mount", "--propagation", "private",
-                 "sh", "-c", shell, "sh", options, str(merged), *bwrap],
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", shell, "sh", options, str(merged),
+                 str(self.limits.disk_mb), cgroups, str(layers), *bwrap],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
             )
         finally:
@@ -210,18 +299,42 @@ class BwrapSandbox:
             raise SandboxError(f"could not start the LLB OS sandbox: {reason}")
         return int(info["child-pid"])
 
-    def run(self, script: str) -> CommandResult:
-        """Run `script` in the sandbox's namespaces (see module docstring)."""
+    def run(self, script: str, trusted: bool = False) -> CommandResult:
+        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/os_enter.py`).
+
+        `trusted` (for the check that grades the episode) runs it with the pristine rootfs's
+        shell, tools, loader and libraries, and the system directories first on PATH.
+        """
         if self._process is None or self._process.poll() is not None:
             raise SandboxError("the LLB OS sandbox is no longer running")
-        bounding = "-all," + ",".join(f"+{cap}" for cap in KEPT_CAPABILITIES)
+        path = TRUSTED_PATH if trusted else SANDBOX_PATH
         command = [
-            "nsenter", f"--target={self._pid}", "--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd",
-            "/usr/bin/setpriv", f"--bounding-set={bounding}", "--inh-caps=-all", "--",
-            "/usr/bin/env", "-i", f"PATH={SANDBOX_PATH}", "HOME=/root", "USER=root", "LOGNAME=root",
-            "/bin/bash", "-c", script,
+            sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(self._pid), _KEPT_CAPABILITY_NUMBERS,
+            json.dumps(self.limits.rlimits()), json.dumps(self._cgroup.procs_files() if self._cgroup else []),
+            "trusted" if trusted else "untrusted", "--",
+            "/usr/bin/env", "-i", f"PATH={path}", "HOME=/root", "USER=root", "LOGNAME=root",
+            "/usr/bin/bash", "-c", script,
         ]
-        return _run_captured(command, self.timeout)
+        result = _run_captured(command, self.timeout)
+        if any(marker in result.output for marker in _OOM_MARKERS):
+            self._out_of_memory = True
+        return result
+
+    def limit_hit(self) -> str | None:
+        """Which limit the sandbox ran into so far: "memory", "processes", "disk" or None."""
+        if self._out_of_memory:
+            return "memory"
+        if self._cgroup is not None:
+            hit = self._cgroup.limit_hit()
+            if hit:
+                return hit
+        if self._process is not None and self._process.poll() is None:
+            usage = subprocess.run(["nsenter", f"--target={self._process.pid}", "--mount", "stat", "-f", "-c", "%a %S",
+                                    str(self._dir / "layers")], capture_output=True, text=True, timeout=10)
+            free_blocks, block = (int(x) for x in (usage.stdout.split() or ["1", "0"]))
+            if usage.returncode == 0 and free_blocks * block < 1024 * 1024:
+                return "disk"
+        return None
 
     def close(self) -> None:
         """Kill the sandbox's processes (the whole pid namespace) and delete the overlay."""
@@ -235,6 +348,9 @@ class BwrapSandbox:
                 self._process.kill()  # bwrap's child (pid 1 inside) dies with it
                 self._process.wait()
             self._process = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         for _ in range(50):
             shutil.rmtree(self._dir, ignore_errors=True)
             if not self._dir.exists():
@@ -401,13 +517,14 @@ class SandboxFactory:
     """
 
     def __init__(self, backend: str = "auto", timeout: float = 20.0, rootfs: str | Path | None = None,
-                 image: str = DOCKER_IMAGE) -> None:
+                 image: str = DOCKER_IMAGE, limits: Limits = Limits()) -> None:
         if backend not in ("auto", "docker", "bwrap"):
             raise MemrlError(f"unknown LLB OS sandbox backend {backend!r}; choose auto, docker or bwrap")
         self.backend = backend
         self.timeout = float(timeout)
         self.rootfs = rootfs
         self.image = image
+        self.limits = limits
         self._client: Any = None
         self._rootfs_path: Path | None = None
 
@@ -436,4 +553,4 @@ class SandboxFactory:
         if self.resolve() == "docker":
             return DockerSandbox(self._client, self.image, self.timeout)
         assert self._rootfs_path is not None
-        return BwrapSandbox(self._rootfs_path, self.timeout)
+        return BwrapSandbox(self._rootfs_path, self.timeout, self.limits)

@@ -19,6 +19,7 @@ namespaces: it can use the network and write anywhere the caller can. Only for t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
@@ -104,6 +105,7 @@ def run_sandboxed(
     file_size_mb: int = 512,
     output_limit: int = 1_000_000,
     isolation: str = "bwrap",
+    input: bytes | None = None,
 ) -> SandboxResult:
     """Run `argv` in `workdir` (an existing directory, handed over to the sandbox) and wait.
 
@@ -132,13 +134,13 @@ def run_sandboxed(
             namespaces.append("--unshare-net")
         command = [*_bwrap_argv(bwrap, namespaces, workdir, readable, stranger=True), *limits, *drop, *argv]
         try:
-            return _run(command, workdir, full_env, timeout, output_limit)
+            return _run(command, workdir, full_env, timeout, output_limit, input)
         finally:
             _kill_uid(uid)
     else:
         namespaces = ["--unshare-all", *(["--share-net"] if network else [])]
         command = [*_bwrap_argv(bwrap, namespaces, workdir, readable, stranger=False), *limits, *argv]
-    return _run(command, workdir, full_env, timeout, output_limit)
+    return _run(command, workdir, full_env, timeout, output_limit, input)
 
 
 def _tool(name: str) -> str:
@@ -211,12 +213,18 @@ def _hand_over(workdir: Path, uid: int) -> None:
 
 
 def _run(command: list[str], workdir: Path, env: dict[str, str], timeout: float,
-         output_limit: int) -> SandboxResult:
+         output_limit: int, input: bytes | None = None) -> SandboxResult:
     """Start `command` in its own session, capture bounded output, kill it all on timeout."""
     start = time.monotonic()
-    process = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    process = subprocess.Popen(command, cwd=workdir, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None and process.stderr is not None
+    if process.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.write(input or b"")
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()
     readers = [_BoundedReader(process.stdout, output_limit), _BoundedReader(process.stderr, output_limit)]
     timed_out = False
     try:

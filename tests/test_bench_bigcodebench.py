@@ -199,3 +199,17 @@ def test_without_a_split_file_the_authors_split_is_reproduced(tmp_path: Path, su
     bench = BigCodeBench(data=str(tmp_path), subset=subset, sandbox="none")
     spec = json.loads(next(DATA.glob(f"split_{subset}_seed*.json")).read_text())
     assert set(bench._splits["train"]) == set(spec["train_ids"]) and set(bench._splits["val"]) == set(spec["val_ids"])
+
+
+@needs_data
+@needs_bwrap
+def test_zero_tests_is_never_a_pass_and_subtests_count() -> None:
+    bench = BigCodeBench(data=str(DATA), timeout=20)
+    subtests = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+                "        for i in range(3):\n            with self.subTest(i=i):\n"
+                "                self.assertEqual(task_func(i), i)\n")
+    assert bench.evaluate("def task_func(x):\n    return x\n", subtests).status == "PASS"
+    assert bench.evaluate("def task_func(x):\n    return 1\n", subtests).status == "FAIL"
+    empty = "import unittest\nclass TestCases(unittest.TestCase):\n    pass\n"
+    verdict = bench.evaluate("def task_func(x):\n    return x\n", empty)
+    assert verdict.status == "RUNTIME_ERROR" and "0 tests is never a pass" in verdict.detail

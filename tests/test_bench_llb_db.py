@@ -23,6 +23,7 @@ from benchmarks import llb_common, mysql_server
 from benchmarks.llb_db import (
     DB_OUTPUT_FORMAT,
     SPLIT_FILES,
+    EpisodeDatabase,
     LLBDatabase,
     create_table_sql,
     direct_answer_matches,
@@ -379,3 +380,42 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
     assert summary["accuracy"] == {1: 1.0, 2: 1.0}
     with MemoryBank(summary["bank"], create=False) as bank:
         assert bank.count() >= 3 and verify(bank)["ok"]
+
+
+def test_concurrent_episodes_cannot_reach_each_other(adapter: LLBDatabase) -> None:
+    """Least privilege: each episode's SQL runs as a user with rights on its own database only."""
+    first, second = _sample_tasks(adapter, "md5", 2)
+    mine = EpisodeDatabase(adapter.address(), first.payload["table_info"])
+    theirs = EpisodeDatabase(adapter.address(), second.payload["table_info"])
+    try:
+        table = f"`{theirs.name}`.`{theirs.table['name']}`"
+        before = theirs.table_md5()
+        refused = {sql: mine.execute(sql) for sql in (
+            f"SELECT * FROM {table}", f"DELETE FROM {table}", f"DROP DATABASE `{theirs.name}`",
+            f"CREATE TABLE `{theirs.name}`.`x` (a INT)", "SELECT user FROM mysql.user",
+            f"GRANT ALL ON *.* TO '{mine.agent_user}'@'%'", f"CREATE USER 'intruder'@'%'",
+            "SELECT 1 INTO OUTFILE '/tmp/memrl-llb-db-outfile'", "SET GLOBAL max_connections = 1", "SHUTDOWN",
+        )}
+        assert all(result.startswith(("1044", "1045", "1142", "1227", "1396", "1410")) for result in refused.values()), refused
+        assert mine.execute("SHOW DATABASES") == f"[('information_schema',), ('{mine.name}',)]"
+        assert theirs.table_md5() == before != "None"  # untouched
+        assert not Path("/tmp/memrl-llb-db-outfile").exists()
+        # The agent's own database is fully its own.
+        assert mine.execute(f"DELETE FROM `{mine.table['name']}`") == "[]" and mine.table_md5() == "None"
+    finally:
+        mine.drop()
+        theirs.drop()
+
+
+def test_grader_reads_the_table_not_the_agents_session(adapter: LLBDatabase) -> None:
+    """A temporary table shadowing the real one in the agent's session does not fool the grader."""
+    write = _sample_tasks(adapter, "md5", 1)[0]
+    database = EpisodeDatabase(adapter.address(), write.payload["table_info"])
+    try:
+        name = f"`{database.table['name']}`"
+        honest = database.table_md5()
+        assert database.execute(f"CREATE TEMPORARY TABLE {name} AS SELECT * FROM {name} LIMIT 0") == "[]"
+        assert database.execute(f"SELECT count(*) FROM {name}") == "[(0,)]"  # the agent sees its shadow
+        assert database.table_md5() == honest  # the grader reads the real table
+    finally:
+        database.drop()

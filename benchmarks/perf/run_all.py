@@ -4,6 +4,7 @@
     python -m benchmarks.perf.run_all --full           # adds 1M memories (~6 GB of scratch disk, ~30 minutes more)
     python -m benchmarks.perf.run_all --skip-harness   # without the ALFWorld epoch (no data needed)
     python -m benchmarks.perf.run_all --skip-postgres  # without the PostgreSQL bank (benchmarks/perf/pg_perf.py)
+    python -m benchmarks.perf.run_all --skip-hostile   # without the hostile-agent suite (benchmarks/perf/hostile.py)
 
 Figures of opt-in options (the sqlite-vec index, PostgreSQL) are reported without a target unless
 their issue sets one; their baseline is the default's figure measured in the same run.
@@ -174,6 +175,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="Retrievals timed per size and index [200].")
     parser.add_argument("--skip-harness", action="store_true", help="Skip the ALFWorld epoch.")
     parser.add_argument("--skip-postgres", action="store_true", help="Skip the PostgreSQL bank.")
+    parser.add_argument("--skip-hostile", action="store_true", help="Skip the hostile-agent suite.")
     parser.add_argument("--pg-url", default=None, help="Admin postgresql:// URL for the PostgreSQL figures "
                         "[MEMRL_PERF_PG_URL, else a throwaway local server].")
     parser.add_argument("--pg-queries", type=int, default=100, help="Retrievals timed per PostgreSQL/SQLite "
@@ -211,10 +213,19 @@ def main() -> None:
 
         results["harness"] = harness_floor.measure()
         rows += harness_rows(results["harness"])
+    if not args.skip_hostile:
+        progress("hostile-agent suite")
+        from benchmarks.perf import hostile
+
+        results["hostile"] = hostile.measure(hostile.REPO.parent / "shared" / "data", echo=False)
     results["load_average_after"] = os.getloadavg()
     results["wall_s"] = time.perf_counter() - started
     results["table"] = rows
     print_table(rows)
+    if "hostile" in results:
+        hostile_result = results["hostile"]
+        print(f"{hostile_result['attacks']} attacks, {hostile_result['contained']} contained"
+              + (f" (skipped: {', '.join(hostile_result['skipped'])})" if hostile_result["skipped"] else ""))
     if "error" in results.get("postgres", {}):
         print(f"no PostgreSQL figures: {results['postgres']['error']}")
     print(f"load average before {load_before[0]:.2f}, after {results['load_average_after'][0]:.2f}; "
