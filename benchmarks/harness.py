@@ -363,8 +363,12 @@ def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
 
 
 def plot_learning_curves(summaries: list[dict[str, Any]], path: Path) -> None:
-    """Accuracy (solid) and CSR (dashed) per epoch, one colour per run/method."""
-    import matplotlib
+    """Accuracy (solid) and CSR (dashed) per epoch, one colour per run/method (skipped without matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        sys.stderr.write(f"memrl: {path.name} not drawn: pip install 'memrl[plots]'\n")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import yaml
 
+from benchmarks import registry
 from benchmarks.harness import BenchConfig, plot_learning_curves, progress_printer, run_benchmark
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, LLMSettings, resolve_llm_settings
@@ -135,6 +136,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     """
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
+    registry.require_extra(name)
     settings = read_config(config)
     chosen = [m.strip() for m in (methods or settings.get("method") or "memrl").split(",")]
     if len(chosen) > 1 and (db or resume):

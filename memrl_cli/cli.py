@@ -26,6 +26,20 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Runtime-learning episodic memory for LLM agents, in one SQLite file.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from memrl_cli import __version__
+
+        sys.stdout.write(f"memrl {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print memrl's version and exit.")) -> None:
+    """Runtime-learning episodic memory for LLM agents, in one SQLite file."""
+
+
 def default_db() -> str:
     """`$MEMRL_DB`, else `$XDG_DATA_HOME/memrl/memrl.db` (~/.local/share/memrl/memrl.db)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from chat_server import ScriptedChatServer
 
-from benchmarks import llb_common, mysql_server
+pytest.importorskip("pymysql", reason="the llb extra is not installed: pip install -e '.[llb]'")
+from chat_server import ScriptedChatServer  # noqa: E402
+
+from benchmarks import llb_common, mysql_server  # noqa: E402
 from benchmarks.llb_db import (
     DB_OUTPUT_FORMAT,
     SPLIT_FILES,
