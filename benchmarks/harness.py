@@ -23,6 +23,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -130,6 +131,7 @@ class Played:
 
 _ADAPTER: Benchmark | None = None
 _LLM: ChatClient | None = None
+_STOPPING = False  # set in a worker by SIGTERM: later episodes end at once
 
 
 def _init_worker(name: str, data: str | None, limit: int | None, options: dict[str, Any],
@@ -140,7 +142,21 @@ def _init_worker(name: str, data: str | None, limit: int | None, options: dict[s
     atexit.register(_ADAPTER.close)
 
 
+def _init_pool_worker(*initargs: Any) -> None:
+    """A worker process: SIGTERM ends the episode in flight through its cleanups, and every later one."""
+    signal.signal(signal.SIGTERM, _stop_worker)
+    _init_worker(*initargs)
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    global _STOPPING
+    _STOPPING = True
+    raise SystemExit(128 + signum)
+
+
 def _play(task: Task, memories: list[dict[str, Any]], learn: bool) -> Played:
+    if _STOPPING:
+        raise SystemExit(128 + signal.SIGTERM)
     assert _ADAPTER is not None and _LLM is not None
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
@@ -340,11 +356,28 @@ def _executor(workers: int, initargs: tuple) -> Iterator[Executor]:
         yield _InProcess(initargs)
         return
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=initargs)
+                               initializer=_init_pool_worker, initargs=initargs)
     try:
         yield pool
+    except BaseException:  # Ctrl-C, SIGTERM (benchmarks.signals) or an error: stop the episodes in flight
+        _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
+    """SIGTERM each worker (it unwinds its episode), then SIGKILL any still alive after `grace` seconds."""
+    # ProcessPoolExecutor has no public way to stop busy workers before Python 3.14 (terminate_workers).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:

@@ -3,12 +3,14 @@
 Precedence for benchmark settings, highest first: command-line flags, the `bench:` section of
 `--config`, the `BenchConfig` defaults. LLM settings follow `memrl_cli.llm.resolve_llm_settings`
 (flags, then OPENAI_API_KEY / OPENAI_BASE_URL / MEMRL_MODEL, then the `llm:` section, then
-defaults). With no API key and no base URL anywhere, the offline local model is used if it is
-installed (a plumbing check, not a capable agent); `--local-llm` asks for it explicitly.
+defaults). With no API key, base URL, `llm:` section or named model anywhere, the offline local
+model is used if it is installed (a plumbing check, not a capable agent), said in one line;
+`--local-llm` asks for it explicitly. A named model without a key or endpoint is an error.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -21,8 +23,9 @@ import yaml
 
 from benchmarks import registry
 from benchmarks.harness import BenchConfig, plot_learning_curves, progress_printer, run_benchmark
+from benchmarks.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, LLMSettings, resolve_llm_settings
+from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method"}
 
@@ -66,6 +69,17 @@ def _has_llm_section(path: str | None) -> bool:
         return False
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     return isinstance(data, dict) and isinstance(data.get("llm"), dict)
+
+
+def check_llm_choice(config: str | None, flags: dict[str, Any], local_llm: bool) -> None:
+    """Refuse a named model (--model, MEMRL_MODEL) with no key and no endpoint: never fall back silently."""
+    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
+                  or _has_llm_section(config))
+    model = flags.get("model") or os.environ.get(ENV_MODEL)
+    if model and not configured and not local_llm:
+        raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
+                         f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
+                         "(--local-llm runs the offline model instead)")
 
 
 @contextmanager
@@ -136,11 +150,11 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     """
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
-    registry.require_extra(name)
+    registry.load(name)  # an unknown benchmark or a missing extra: one line, before anything starts
     settings = read_config(config)
     chosen = [m.strip() for m in (methods or settings.get("method") or "memrl").split(",")]
     if len(chosen) > 1 and (db or resume):
-        raise MemrlError("several methods need separate banks and runs: unset MEMRL_DB / drop --db and --resume, "
+        raise MemrlError("several methods need separate banks and runs: drop --db and --resume, "
                          "or run one method at a time")
     configs = []
     for method in chosen:  # build (and so validate) every run's settings before the first one starts
@@ -150,8 +164,11 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         if method != "memrl":
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
+    check_llm_choice(config, llm_flags, local_llm)
+    sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
     summaries = []
     with ExitStack() as stack:
+        stack.enter_context(interrupt_on_termination())  # kill/SIGTERM stops every process, as Ctrl-C does
         llm = stack.enter_context(llm_endpoint(config, llm_flags, local_llm))
         for bench_config in configs:
             with progress(f"{name}/{bench_config.method}", show_progress) as report:
@@ -163,6 +180,21 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         for s in summaries:
             s["comparison_plot"] = str(path)
     return summaries
+
+
+def bank_line(db: str | None, resume: str | None, runs_dir: str) -> str:
+    """Which bank a run learns in (a benchmark never uses $MEMRL_DB: only --db names a bank for it)."""
+    if resume:
+        try:
+            where = f"{json.loads((Path(resume) / 'config.json').read_text())['bank']} (resuming {resume})"
+        except (OSError, ValueError, KeyError, TypeError):
+            raise MemrlError(f"{resume} is not a run directory (no readable config.json)") from None
+    elif db:
+        where = f"{db} (--db)"
+    else:
+        where = f"a new bank.db in its run directory under {runs_dir}/"
+    ignored = f"; MEMRL_DB={os.environ['MEMRL_DB']} is not used by bench" if os.environ.get("MEMRL_DB") and not db else ""
+    return f"bank: {where}{ignored}"
 
 
 def render_summaries(data: dict[str, Any]) -> None:

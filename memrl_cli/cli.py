@@ -459,8 +459,9 @@ def bench(
     workers: int = typer.Option(4, help="Episodes played in parallel (processes; 0 = in this process)."),
     runs_dir: str = typer.Option("runs", help="Where run directories are written."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this run directory."),
-    db: Optional[str] = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
-                                     help="Bank to learn in [env MEMRL_DB; default: bank.db in the run directory]."),
+    db: Optional[str] = typer.Option(None, "--db", show_default=False,  # never $MEMRL_DB: a user's agent bank
+                                     help="Bank to learn in [default: a new bank.db in the run directory; "
+                                          "MEMRL_DB is not used]."),
     as_json: bool = JSON,
 ) -> None:
     """Run the runtime-learning loop on a benchmark and report accuracy, CSR and forgetting per epoch."""
