@@ -278,6 +278,10 @@ class Run:
         """All epochs; committed batches are skipped, so this also resumes."""
         c = self.config
         done = runs.completed_batches(self.bank, self.run_id)
+        evaluations = (1 + sum(1 for e in range(1, c.epochs + 1) if e % c.eval_every == 0 or e == c.epochs)
+                       if self.evals else 0)
+        total = c.epochs * len(self.train) + evaluations * sum(len(tasks) for tasks in self.evals.values())
+        self.on_progress("start", {"total": total, "done": len(self.records())})
         if self.evals:
             self.evaluate(pool, 0, done)
         for epoch in range(1, c.epochs + 1):

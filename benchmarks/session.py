@@ -123,7 +123,9 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
         task = bar.add_task(total_hint, total=None)
 
         def report(event: str, data: dict[str, Any]) -> None:
-            if event == "epoch":
+            if event == "start":  # the run's episode count, and those a resumed run already played
+                bar.update(task, total=data["total"], completed=data["done"])
+            elif event == "epoch":
                 state.update(ok=0, n=0, epoch=data["epoch"])
             elif event == "episode" and data["phase"] == "train":
                 state["ok"] += int(data["success"])
@@ -198,22 +200,29 @@ def bank_line(db: str | None, resume: str | None, runs_dir: str) -> str:
 
 
 def render_summaries(data: dict[str, Any]) -> None:
-    """The final table: per-epoch accuracy and CSR, then the headline figures, per method."""
+    """The final tables, within 80 columns: accuracy and CSR per epoch (one row per epoch), then the
+    headline figures per method, then each run's id, bank and tokens on lines of their own."""
     from rich.console import Console
     from rich.table import Table
 
     summaries = data.get("runs", [data])
-    t = Table(title=f"{summaries[0]['benchmark']}: runtime learning")
-    t.add_column("method")
+    per_epoch = Table(title=f"{summaries[0]['benchmark']}: runtime learning")
+    per_epoch.add_column("epoch")
+    for s in summaries:
+        per_epoch.add_column(f"{s['method']} acc", no_wrap=True)
+        per_epoch.add_column(f"{s['method']} CSR", no_wrap=True)
     for e in summaries[0]["epochs"]:
-        t.add_column(f"ep {e}")
-    for label in ("last acc", "CSR", "forgetting", "eval"):
-        t.add_column(label)
+        per_epoch.add_row(str(e), *[f"{v:.3f}" for s in summaries for v in (s["accuracy"][e], s["csr"][e])])
+    headline = Table()
+    for label in ("method", "last acc", "CSR", "forgetting", "eval"):
+        headline.add_column(label, no_wrap=label != "eval")
     for s in summaries:
         evals = "; ".join(f"{split} {list(v.values())[-1]:.3f}" for split, v in s["eval_accuracy"].items() if v)
-        t.add_row(s["method"], *[f"{s['accuracy'][e]:.3f}" for e in s["epochs"]],
-                  f"{s['last_epoch_accuracy']:.3f}", f"{s['final_csr']:.3f}", f"{s['forgetting_rate']:.3f}", evals)
+        headline.add_row(s["method"], f"{s['last_epoch_accuracy']:.3f}", f"{s['final_csr']:.3f}",
+                         f"{s['forgetting_rate']:.3f}", evals)
     console = Console()
-    console.print(t)
+    console.print(per_epoch)
+    console.print(headline)
     for s in summaries:
-        console.print(f"{s['method']}: run {s['run_id']}, bank {s['bank']}, tokens {s['usage'].get('total_tokens', 0)}")
+        console.print(f"{s['method']}: run {s['run_id']}\n  bank {s['bank']}\n  tokens "
+                      f"{s['usage'].get('total_tokens', 0)}", soft_wrap=True, highlight=False)

@@ -138,16 +138,28 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 
 
 def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
-    """Render rows as a rich table on stdout."""
+    """Render rows as a rich table on stdout, fitting 80 columns: numbers and short fields never break
+    (nor do their headers); only text columns wrap."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*[_cell(r.get(c)) for c in columns])
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, c in enumerate(columns):
+        values = [row[i] for row in cells]
+        if any(" " in v or len(v) > 16 for v in values):
+            t.add_column(c, overflow="fold", min_width=min(len(c), 10))
+        else:
+            t.add_column(c, no_wrap=True, min_width=max([len(c), *map(len, values)]))
+    for row in cells:
+        t.add_row(*row)
     Console().print(t)
+
+
+def count(n: int, singular: str, plural: str) -> str:
+    """'1 memory', '2 memories'."""
+    return f"{n} {singular if n == 1 else plural}"
 
 
 def _cell(value: Any) -> str:
@@ -187,7 +199,8 @@ def ingest(
             created = [r.id for r in results if r.created]
             dupes = [r.id for r in results if not r.created]
             emit({"created": len(created), "duplicates": len(dupes), "ids": [r.id for r in results]}, as_json,
-                 lambda d: print(f"ingested {d['created']} memories ({d['duplicates']} duplicates skipped)"))
+                 lambda d: print(f"ingested {count(d['created'], 'memory', 'memories')} "
+                                   f"({count(d['duplicates'], 'duplicate', 'duplicates')} skipped)"))
             return
         if intent is None or experience is None:
             raise MemrlError("give --intent and --experience, or --jsonl FILE")
@@ -224,7 +237,7 @@ def retrieve(
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
             d["memories"], ["id", "outcome", "similarity", "q", "score", "intent", "experience"],
-            f"retrieval {d['retrieval_id']}: {len(d['memories'])} memories"))
+            f"retrieval {d['retrieval_id']}: {count(len(d['memories']), 'memory', 'memories')}"))
 
 
 @app.command()
@@ -305,7 +318,12 @@ def _render_explain(d: dict[str, Any]) -> None:
     p = d["params"]
     print(f"retrieval {d['id']}: {d['query']!r}\nk1={p['k1']} k2={p['k2']} λ={p['lam']} threshold={p['threshold']} "
           f"ε={p['epsilon']} z(sim) mean={d['sim_mean']:.4f} std={d['sim_std']:.4f} explored={d['explored']}")
-    table(d["candidates"], ["memory_id", "similarity", "z_sim", "q", "z_q", "score", "why", "intent"], "candidates")
+    import shutil
+
+    wide = shutil.get_terminal_size().columns >= 110  # the z-scores (also in --json) only when they fit
+    columns = ["memory_id", "similarity", "z_sim", "q", "z_q", "score", "why", "intent"] if wide else \
+        ["memory_id", "similarity", "q", "score", "why", "intent"]
+    table(d["candidates"], columns, "candidates")
 
 
 def _render_stats(d: dict[str, Any]) -> None:
@@ -340,11 +358,15 @@ def export_cmd(
     output: str = typer.Option("-", "--output", "-o", help="File to write, or - for stdout."),
     vectors: bool = typer.Option(False, "--vectors", help="Include the embedding vectors."),
     db: Optional[str] = DB,
+    as_json: bool = typer.Option(False, "--json", help="With -o FILE: print {\"path\", \"memories\"} as one JSON "
+                                                     "object (errors as JSON too)."),
 ) -> None:
     """Write the bank as JSONL (header line, then one memory with its ledger per line)."""
-    with command(False):
+    with command(as_json):
         from memrl_cli.transfer import export_jsonl
 
+        if as_json and output == "-":
+            raise MemrlError("--json needs -o FILE: on stdout the export itself is the output")
         bank = open_bank(db, create=False)
         if output == "-":
             export_jsonl(bank, sys.stdout, vectors)
@@ -354,7 +376,8 @@ def export_cmd(
                     n = export_jsonl(bank, out, vectors)
             except OSError as exc:
                 raise MemrlError(f"cannot write {output}: {exc.strerror}") from None
-            sys.stderr.write(f"exported {n} memories to {output}\n")
+            emit({"path": output, "memories": n}, as_json,
+                 lambda d: sys.stderr.write(f"exported {count(n, 'memory', 'memories')} to {output}\n"))
 
 
 @app.command("import")
@@ -372,7 +395,8 @@ def import_cmd(
             exported_with, records = read_export(stream)  # validate all before opening (or creating) the bank
         counts = import_records(open_bank(db, embedder), records, exported_with, merge_duplicates=merge_duplicates,
                                 source_name=os.path.basename(source_file))
-        emit(counts, as_json, lambda d: print(f"imported {d['created']} memories, {d['duplicates']} duplicates skipped, "
+        emit(counts, as_json, lambda d: print(f"imported {count(d['created'], 'memory', 'memories')}, "
+                                              f"{count(d['duplicates'], 'duplicate', 'duplicates')} skipped, "
                                               f"{d['merged']} merged"))
 
 
@@ -391,7 +415,8 @@ def merge(
         from memrl_cli.store import redact
 
         emit(merge_banks(first, second, output), as_json, lambda d: print(
-            f"{redact(output)}: {d['created']} memories added from {redact(second)}, {d['merged']} duplicates merged"))
+            f"{redact(output)}: {count(d['created'], 'memory', 'memories')} added from {redact(second)}, "
+            f"{count(d['merged'], 'duplicate', 'duplicates')} merged"))
 
 
 @app.command()

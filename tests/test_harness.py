@@ -242,3 +242,13 @@ def test_a_named_model_without_key_or_endpoint_is_one_line(tmp_path, how):
     assert result.stderr.startswith("memrl: error: model 'gpt-4o-mini' is named")
     assert "OPENAI_API_KEY" in result.stderr and "--base-url" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
+    events = []
+    config = BenchConfig(benchmark=TOY, method="memrl", epochs=3, batch_size=4, eval_splits=["val"], eval_every=2,
+                         threshold=0.3, options={"rooms": 3})
+    run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0,
+                  on_progress=lambda event, data: events.append((event, data)))
+    assert events[0] == ("start", {"total": 3 * 3 + 3 * 3, "done": 0})  # evaluations after epochs 0, 2 and 3
+    assert sum(1 for event, _ in events if event == "episode") == events[0][1]["total"]
