@@ -54,6 +54,7 @@ JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdo
 
 def emit(data: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
     """Print `data` as JSON, or through `render` for people."""
+    # json.dumps, not rich's print_json: that pretty-prints over several lines, and scripts read one line.
     if as_json or render is None:
         sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
     else:
