@@ -31,6 +31,7 @@ SUBSETS = ("full", "hard")
 PROMPT_SPLITS = ("instruct", "complete")
 HF_DATASETS = {"full": "bigcode/bigcodebench", "hard": "bigcode/bigcodebench-hard"}
 HF_VERSION = "v0.1.4"
+DATA_ENV = "BIGCODEBENCH_DATA"  # the data location when --data is not given (before Hugging Face)
 TRAIN_RATIO = 0.7
 AUTHORS_SPLIT_SEEDS = {"full": 123, "hard": 42}  # the seeds of MemRL's split_full_seed123 / split_hard_seed42
 DETAIL_CHARS = 600
@@ -290,6 +291,7 @@ def _load_rows(data: str | None, subset: str, split_file: str | None) -> tuple[l
     split_path = Path(split_file) if split_file else None
     if split_path is not None and not split_path.is_file():
         raise MemrlError(f"BigCodeBench split file {split_path} not found: fix --option split_file")
+    data = data if data is not None else os.environ.get(DATA_ENV) or None
     if data is None:
         rows = _download_rows(subset)
     else:
@@ -318,7 +320,7 @@ def _download_rows(subset: str) -> list[dict[str, Any]]:
         return [dict(row) for row in datasets.load_dataset(name, split=HF_VERSION)]
     except Exception as error:  # no `datasets`, no network, no such revision: all mean "no data"
         raise MemrlError(
-            f"BigCodeBench data not available: pass --data PATH (bigcodebench_{subset}.jsonl or its directory), "
+            f"BigCodeBench data not available: pass --data PATH or set {DATA_ENV} (bigcodebench_{subset}.jsonl or its directory), "
             f"or allow downloading {name} ({HF_VERSION}) from Hugging Face ({type(error).__name__}: {error})"
         ) from error
 

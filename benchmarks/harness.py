@@ -24,6 +24,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -172,6 +173,7 @@ class Played:
 
 _ADAPTER: Benchmark | None = None
 _LLM: ChatClient | None = None
+_STOPPING = False  # set in a worker by SIGTERM: later episodes end at once
 
 
 def _init_worker(name: str, data: str | None, limit: int | None, options: dict[str, Any],
@@ -182,7 +184,21 @@ def _init_worker(name: str, data: str | None, limit: int | None, options: dict[s
     atexit.register(_ADAPTER.close)
 
 
+def _init_pool_worker(*initargs: Any) -> None:
+    """A worker process: SIGTERM ends the episode in flight through its cleanups, and every later one."""
+    signal.signal(signal.SIGTERM, _stop_worker)
+    _init_worker(*initargs)
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    global _STOPPING
+    _STOPPING = True
+    raise SystemExit(128 + signum)
+
+
 def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl") -> Played:
+    if _STOPPING:
+        raise SystemExit(128 + signal.SIGTERM)
     assert _ADAPTER is not None and _LLM is not None
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
@@ -350,6 +366,10 @@ class Run:
         """All epochs; committed batches are skipped, so this also resumes."""
         c = self.config
         done = runs.completed_batches(self.bank, self.run_id)
+        evaluations = (1 + sum(1 for e in range(1, c.epochs + 1) if e % c.eval_every == 0 or e == c.epochs)
+                       if self.evals else 0)
+        total = c.epochs * len(self.train) + evaluations * sum(len(tasks) for tasks in self.evals.values())
+        self.on_progress("start", {"total": total, "done": len(self.records())})
         if self.evals:
             self.evaluate(pool, 0, done)
         for epoch in range(1, c.epochs + 1):
@@ -433,11 +453,28 @@ def _executor(workers: int, initargs: tuple) -> Iterator[Executor]:
         yield _InProcess(initargs)
         return
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=initargs)
+                               initializer=_init_pool_worker, initargs=initargs)
     try:
         yield pool
+    except BaseException:  # Ctrl-C, SIGTERM (benchmarks.signals) or an error: stop the episodes in flight
+        _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
+    """SIGTERM each worker (it unwinds its episode), then SIGKILL any still alive after `grace` seconds."""
+    # ProcessPoolExecutor has no public way to stop busy workers before Python 3.14 (terminate_workers).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
@@ -456,8 +493,12 @@ def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
 
 
 def plot_learning_curves(summaries: list[dict[str, Any]], path: Path) -> None:
-    """Accuracy (solid) and CSR (dashed) per epoch, one colour per run/method."""
-    import matplotlib
+    """Accuracy (solid) and CSR (dashed) per epoch, one colour per run/method (skipped without matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        sys.stderr.write(f"memrl: {path.name} not drawn: pip install 'memrl[plots]'\n")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from benchmarks.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import LLMSettings
 
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-threads", type=int, default=1)
     args = parser.parse_args(argv)
     try:
-        with LocalModelServer(port=args.port, n_threads=args.n_threads) as server:
+        with interrupt_on_termination(), LocalModelServer(port=args.port, n_threads=args.n_threads) as server:
             print(f"ready in {server.startup_seconds:.1f} s; in another shell run:", flush=True)
             print(f"  export OPENAI_BASE_URL={server.base_url} MEMRL_MODEL={server.model} OPENAI_API_KEY=local")
             while server.running:

@@ -11,6 +11,7 @@ and `memrl bench mybench` finds it. `memrl bench some.module:Class` loads a clas
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from importlib.metadata import entry_points
 from typing import Any
@@ -18,6 +19,26 @@ from typing import Any
 from memrl_cli.errors import MemrlError
 
 GROUP = "memrl.benchmarks"
+
+# The built-in benchmarks' extras (pyproject.toml) and the modules each needs, checked before loading.
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "alfworld": ("alfworld", ("alfworld", "textworld", "matplotlib")),
+    "bigcodebench": ("bigcodebench", ("datasets", "faker", "pytz", "pyfakefs", "requests_mock", "matplotlib")),
+    "llb-db": ("llb", ("pymysql", "docker", "matplotlib")),
+    "llb-os": ("llb", ("docker", "matplotlib")),
+    "hle": ("hle", ("pyarrow", "matplotlib")),
+}
+
+
+def require_extra(name: str) -> None:
+    """Refuse, in one line naming the pip command, a built-in benchmark whose extra is not installed."""
+    if name not in EXTRAS:
+        return
+    extra, modules = EXTRAS[name]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MemrlError(f"memrl bench {name} needs the {extra} extra (missing: {', '.join(missing)}): "
+                         f"pip install 'memrl[{extra}]'")
 
 
 def available() -> list[str]:
@@ -28,6 +49,7 @@ def available() -> list[str]:
 def load(name: str) -> Any:
     """The adapter class registered as `name` (or given as `module:Class`)."""
     target = name
+    require_extra(name)
     if ":" not in name:
         found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
         if not found:

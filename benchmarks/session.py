@@ -4,12 +4,14 @@ Precedence for benchmark settings, highest first: command-line flags, the `bench
 `--config` (by default configs/NAME.yaml, which carries the MemRL authors' protocol for NAME),
 the `BenchConfig` defaults. LLM settings follow `memrl_cli.llm.resolve_llm_settings`
 (flags, then OPENAI_API_KEY / OPENAI_BASE_URL / MEMRL_MODEL, then the `llm:` section, then
-defaults). With no API key and no base URL anywhere, the offline local model is used if it is
-installed (a plumbing check, not a capable agent); `--local-llm` asks for it explicitly.
+defaults). With no API key, base URL, `llm:` section or named model anywhere, the offline local
+model is used if it is installed (a plumbing check, not a capable agent), said in one line;
+`--local-llm` asks for it explicitly. A named model without a key or endpoint is an error.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -20,9 +22,11 @@ from typing import Any, Callable
 
 import yaml
 
+from benchmarks import registry
 from benchmarks.harness import BenchConfig, progress_printer, run_benchmark, write_comparison
+from benchmarks.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, LLMSettings, resolve_llm_settings
+from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -86,6 +90,22 @@ def _llm_section(path: str | None) -> dict[str, Any] | None:
     return section if isinstance(section, dict) else None
 
 
+def _names_endpoint(section: dict[str, Any] | None) -> bool:
+    """A config's `llm:` section names an endpoint only if it sets `base_url` or `model`."""
+    return section is not None and bool({"base_url", "model"} & set(section))
+
+
+def check_llm_choice(config: str | None, flags: dict[str, Any], local_llm: bool) -> None:
+    """Refuse a named model (--model, MEMRL_MODEL) with no key and no endpoint: never fall back silently."""
+    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
+                  or _names_endpoint(_llm_section(config)))
+    model = flags.get("model") or os.environ.get(ENV_MODEL)
+    if model and not configured and not local_llm:
+        raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
+                         f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
+                         "(--local-llm runs the offline model instead)")
+
+
 @contextmanager
 def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
     """The agent's LLM settings; starts (and stops) the offline model when it is to be used.
@@ -98,8 +118,8 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
     llm_config = config if section is not None else None
     unset = flags.get("temperature") == "default"
     flags = {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and unset)}
-    names_endpoint = section is not None and bool({"base_url", "model"} & set(section))
-    configured = flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY) or names_endpoint
+    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
+                  or _names_endpoint(section))
     if not local_llm and configured:
         settings = resolve_llm_settings(llm_config, **flags)
         yield replace(settings, temperature=None) if unset else settings
@@ -137,7 +157,9 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
         task = bar.add_task(total_hint, total=None)
 
         def report(event: str, data: dict[str, Any]) -> None:
-            if event == "epoch":
+            if event == "start":  # the run's episode count, and those a resumed run already played
+                bar.update(task, total=data["total"], completed=data["done"])
+            elif event == "epoch":
                 state.update(ok=0, n=0, epoch=data["epoch"])
             elif event == "episode" and data["phase"] == "train":
                 state["ok"] += int(data["success"])
@@ -166,10 +188,11 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
     config = config or default_config(name)
+    registry.load(name)  # an unknown benchmark or a missing extra: one line, before anything starts
     settings = read_config(config)
     chosen = [m.strip() for m in (methods or settings.get("method") or "memrl").split(",")]
     if len(chosen) > 1 and (db or resume):
-        raise MemrlError("several methods need separate banks and runs: unset MEMRL_DB / drop --db and --resume, "
+        raise MemrlError("several methods need separate banks and runs: drop --db and --resume, "
                          "or run one method at a time")
     configs = []
     for method in chosen:  # build (and so validate) every run's settings before the first one starts
@@ -180,8 +203,11 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         if method != "memrl":
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
+    check_llm_choice(config, llm_flags, local_llm)
+    sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
     summaries = []
     with ExitStack() as stack:
+        stack.enter_context(interrupt_on_termination())  # kill/SIGTERM stops every process, as Ctrl-C does
         llm = stack.enter_context(llm_endpoint(config, llm_flags, local_llm))
         for bench_config in configs:
             with progress(f"{name}/{bench_config.method}", show_progress) as report:
@@ -194,23 +220,45 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     return summaries
 
 
+def bank_line(db: str | None, resume: str | None, runs_dir: str) -> str:
+    """Which bank a run learns in (a benchmark never uses $MEMRL_DB: only --db names a bank for it)."""
+    if resume:
+        try:
+            where = f"{json.loads((Path(resume) / 'config.json').read_text())['bank']} (resuming {resume})"
+        except (OSError, ValueError, KeyError, TypeError):
+            raise MemrlError(f"{resume} is not a run directory (no readable config.json)") from None
+    elif db:
+        where = f"{db} (--db)"
+    else:
+        where = f"a new bank.db in its run directory under {runs_dir}/"
+    ignored = f"; MEMRL_DB={os.environ['MEMRL_DB']} is not used by bench" if os.environ.get("MEMRL_DB") and not db else ""
+    return f"bank: {where}{ignored}"
+
+
 def render_summaries(data: dict[str, Any]) -> None:
-    """The final table: per-epoch accuracy and CSR, then the headline figures, per method."""
+    """The final tables, within 80 columns: accuracy and CSR per epoch (one row per epoch), then the
+    headline figures per method, then each run's id, bank and tokens on lines of their own."""
     from rich.console import Console
     from rich.table import Table
 
     summaries = data.get("runs", [data])
-    t = Table(title=f"{summaries[0]['benchmark']}: runtime learning")
-    t.add_column("method")
+    per_epoch = Table(title=f"{summaries[0]['benchmark']}: runtime learning")
+    per_epoch.add_column("epoch")
+    for s in summaries:
+        per_epoch.add_column(f"{s['method']} acc", no_wrap=True)
+        per_epoch.add_column(f"{s['method']} CSR", no_wrap=True)
     for e in summaries[0]["epochs"]:
-        t.add_column(f"ep {e}")
-    for label in ("last acc", "CSR", "forgetting", "eval"):
-        t.add_column(label)
+        per_epoch.add_row(str(e), *[f"{v:.3f}" for s in summaries for v in (s["accuracy"][e], s["csr"][e])])
+    headline = Table()
+    for label in ("method", "last acc", "CSR", "forgetting", "eval"):
+        headline.add_column(label, no_wrap=label != "eval")
     for s in summaries:
         evals = "; ".join(f"{split} {list(v.values())[-1]:.3f}" for split, v in s["eval_accuracy"].items() if v)
-        t.add_row(s["method"], *[f"{s['accuracy'][e]:.3f}" for e in s["epochs"]],
-                  f"{s['last_epoch_accuracy']:.3f}", f"{s['final_csr']:.3f}", f"{s['forgetting_rate']:.3f}", evals)
+        headline.add_row(s["method"], f"{s['last_epoch_accuracy']:.3f}", f"{s['final_csr']:.3f}",
+                         f"{s['forgetting_rate']:.3f}", evals)
     console = Console()
-    console.print(t)
+    console.print(per_epoch)
+    console.print(headline)
     for s in summaries:
-        console.print(f"{s['method']}: run {s['run_id']}, bank {s['bank']}, tokens {s['usage'].get('total_tokens', 0)}")
+        console.print(f"{s['method']}: run {s['run_id']}\n  bank {s['bank']}\n  tokens "
+                      f"{s['usage'].get('total_tokens', 0)}", soft_wrap=True, highlight=False)

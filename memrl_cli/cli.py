@@ -26,6 +26,20 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Runtime-learning episodic memory for LLM agents, in one SQLite file.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from memrl_cli import __version__
+
+        sys.stdout.write(f"memrl {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print memrl's version and exit.")) -> None:
+    """Runtime-learning episodic memory for LLM agents, in one SQLite file."""
+
+
 def default_db() -> str:
     """`$MEMRL_DB`, else `$XDG_DATA_HOME/memrl/memrl.db` (~/.local/share/memrl/memrl.db)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -40,6 +54,7 @@ JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdo
 
 def emit(data: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
     """Print `data` as JSON, or through `render` for people."""
+    # json.dumps, not rich's print_json: that pretty-prints over several lines, and scripts read one line.
     if as_json or render is None:
         sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
     else:
@@ -130,16 +145,28 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 
 
 def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
-    """Render rows as a rich table on stdout."""
+    """Render rows as a rich table on stdout, fitting 80 columns: numbers and short fields never break
+    (nor do their headers); only text columns wrap."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*[_cell(r.get(c)) for c in columns])
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, c in enumerate(columns):
+        values = [row[i] for row in cells]
+        if any(" " in v or len(v) > 16 for v in values):
+            t.add_column(c, overflow="fold", min_width=min(len(c), 10))
+        else:
+            t.add_column(c, no_wrap=True, min_width=max([len(c), *map(len, values)]))
+    for row in cells:
+        t.add_row(*row)
     Console().print(t)
+
+
+def count(n: int, singular: str, plural: str) -> str:
+    """'1 memory', '2 memories'."""
+    return f"{n} {singular if n == 1 else plural}"
 
 
 def _cell(value: Any) -> str:
@@ -179,7 +206,8 @@ def ingest(
             created = [r.id for r in results if r.created]
             dupes = [r.id for r in results if not r.created]
             emit({"created": len(created), "duplicates": len(dupes), "ids": [r.id for r in results]}, as_json,
-                 lambda d: print(f"ingested {d['created']} memories ({d['duplicates']} duplicates skipped)"))
+                 lambda d: print(f"ingested {count(d['created'], 'memory', 'memories')} "
+                                   f"({count(d['duplicates'], 'duplicate', 'duplicates')} skipped)"))
             return
         if intent is None or experience is None:
             raise MemrlError("give --intent and --experience, or --jsonl FILE")
@@ -218,7 +246,7 @@ def retrieve(
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
             d["memories"], ["id", "outcome", "similarity", "q", "score", "intent", "experience"],
-            f"retrieval {d['retrieval_id']}: {len(d['memories'])} memories"))
+            f"retrieval {d['retrieval_id']}: {count(len(d['memories']), 'memory', 'memories')}"))
 
 
 @app.command()
@@ -299,7 +327,12 @@ def _render_explain(d: dict[str, Any]) -> None:
     p = d["params"]
     print(f"retrieval {d['id']}: {d['query']!r}\nk1={p['k1']} k2={p['k2']} λ={p['lam']} threshold={p['threshold']} "
           f"ε={p['epsilon']} z(sim) mean={d['sim_mean']:.4f} std={d['sim_std']:.4f} explored={d['explored']}")
-    table(d["candidates"], ["memory_id", "similarity", "z_sim", "q", "z_q", "score", "why", "intent"], "candidates")
+    import shutil
+
+    wide = shutil.get_terminal_size().columns >= 110  # the z-scores (also in --json) only when they fit
+    columns = ["memory_id", "similarity", "z_sim", "q", "z_q", "score", "why", "intent"] if wide else \
+        ["memory_id", "similarity", "q", "score", "why", "intent"]
+    table(d["candidates"], columns, "candidates")
 
 
 def _render_stats(d: dict[str, Any]) -> None:
@@ -334,11 +367,15 @@ def export_cmd(
     output: str = typer.Option("-", "--output", "-o", help="File to write, or - for stdout."),
     vectors: bool = typer.Option(False, "--vectors", help="Include the embedding vectors."),
     db: Optional[str] = DB,
+    as_json: bool = typer.Option(False, "--json", help="With -o FILE: print {\"path\", \"memories\"} as one JSON "
+                                                     "object (errors as JSON too)."),
 ) -> None:
     """Write the bank as JSONL (header line, then one memory with its ledger per line)."""
-    with command(False):
+    with command(as_json):
         from memrl_cli.transfer import export_jsonl
 
+        if as_json and output == "-":
+            raise MemrlError("--json needs -o FILE: on stdout the export itself is the output")
         bank = open_bank(db, create=False)
         if output == "-":
             export_jsonl(bank, sys.stdout, vectors)
@@ -348,7 +385,8 @@ def export_cmd(
                     n = export_jsonl(bank, out, vectors)
             except OSError as exc:
                 raise MemrlError(f"cannot write {output}: {exc.strerror}") from None
-            sys.stderr.write(f"exported {n} memories to {output}\n")
+            emit({"path": output, "memories": n}, as_json,
+                 lambda d: sys.stderr.write(f"exported {count(n, 'memory', 'memories')} to {output}\n"))
 
 
 @app.command("import")
@@ -366,7 +404,8 @@ def import_cmd(
             exported_with, records = read_export(stream)  # validate all before opening (or creating) the bank
         counts = import_records(open_bank(db, embedder), records, exported_with, merge_duplicates=merge_duplicates,
                                 source_name=os.path.basename(source_file))
-        emit(counts, as_json, lambda d: print(f"imported {d['created']} memories, {d['duplicates']} duplicates skipped, "
+        emit(counts, as_json, lambda d: print(f"imported {count(d['created'], 'memory', 'memories')}, "
+                                              f"{count(d['duplicates'], 'duplicate', 'duplicates')} skipped, "
                                               f"{d['merged']} merged"))
 
 
@@ -385,7 +424,8 @@ def merge(
         from memrl_cli.store import redact
 
         emit(merge_banks(first, second, output), as_json, lambda d: print(
-            f"{redact(output)}: {d['created']} memories added from {redact(second)}, {d['merged']} duplicates merged"))
+            f"{redact(output)}: {count(d['created'], 'memory', 'memories')} added from {redact(second)}, "
+            f"{count(d['merged'], 'duplicate', 'duplicates')} merged"))
 
 
 @app.command()
@@ -460,8 +500,9 @@ def bench(
     workers: int = typer.Option(4, help="Episodes played in parallel (processes; 0 = in this process)."),
     runs_dir: str = typer.Option("runs", help="Where run directories are written."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this run directory."),
-    db: Optional[str] = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
-                                     help="Bank to learn in [env MEMRL_DB; default: bank.db in the run directory]."),
+    db: Optional[str] = typer.Option(None, "--db", show_default=False,  # never $MEMRL_DB: a user's agent bank
+                                     help="Bank to learn in [default: a new bank.db in the run directory; "
+                                          "MEMRL_DB is not used]."),
     as_json: bool = JSON,
 ) -> None:
     """Run the runtime-learning loop on a benchmark and report accuracy, CSR and forgetting per epoch."""

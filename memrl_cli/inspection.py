@@ -99,12 +99,13 @@ def explain(bank: MemoryBank, retrieval_id: int) -> dict[str, Any]:
                              "m.id = c.memory_id WHERE c.retrieval_id = ? ORDER BY c.score DESC, c.recall_rank",
                        (retrieval_id,))
     k2 = receipt["params"]["k2"]
-    for rank, c in enumerate(candidates):
+    for rank, c in enumerate(candidates):  # ranks count from 0, as recall_rank and selected_rank in the receipt
+        c["score_rank"] = rank
         if c["selected_rank"] is not None:
-            c["why"] = "selected by ε-exploration" if receipt["explored"] else f"selected: score rank {rank + 1} ≤ k2={k2}"
+            c["why"] = "selected by ε-exploration" if receipt["explored"] else f"selected: score rank {rank} < k2={k2}"
         else:
             c["why"] = "not selected: exploration drew others" if receipt["explored"] else \
-                f"not selected: score rank {rank + 1} > k2={k2}"
+                f"not selected: score rank {rank} ≥ k2={k2}"
     receipt["candidates"] = candidates
     receipt["rewards"] = _rows(bank, "SELECT memory_id, reward, alpha, q_before, q_after, created_at FROM rewards "
                                      "WHERE retrieval_id = ? ORDER BY id", (retrieval_id,))

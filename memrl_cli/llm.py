@@ -103,6 +103,7 @@ _FIELD_TYPES: dict[str, type] = {
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     """Convert `value` to the type of setting `name`; None stays None."""
+    # Not pydantic: it is only openai's dependency, not ours, and one-line errors naming the source need this anyway.
     if value is None:
         return None
     wanted = _FIELD_TYPES[name]
@@ -205,6 +206,8 @@ class ChatClient:
             base_url=self.settings.base_url,
             api_key=self.settings.api_key or "not-set",
             timeout=self.settings.timeout,
+            # Our loop, not openai's max_retries: it frees the concurrency slot while backing off, reports the attempt
+            # count, and takes retry_base_delay (openai's 0.5-8 s schedule is fixed); the retryable set is the same.
             max_retries=0,
         )
         self._slots = threading.BoundedSemaphore(self.settings.concurrency)

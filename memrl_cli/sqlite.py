@@ -34,6 +34,15 @@ IntegrityError = sqlite3.IntegrityError
 BUSY_TIMEOUT_MS = 30_000
 
 
+def _has_sqlite_header(path: str) -> bool:
+    """Whether the file starts like every SQLite database (or cannot be read to tell)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return True
+
+
 @dataclass(frozen=True)
 class VecStatus:
     """Whether sqlite-vec is loaded on a connection, and if not, why."""
@@ -192,6 +201,9 @@ class SqliteStore(Store):
             hint = f" (only {free // 1024} KB free: is the disk full?)" if free < 64 * 1024 * 1024 else ""
             return MemrlError(f"cannot write to {path}: {message}{hint}; nothing was changed")
         if "not a database" in message or "malformed" in message:
+            if not _has_sqlite_header(path):
+                return MemrlError(f"{path} is not a memrl bank: not a SQLite database (check --db / MEMRL_DB; if "
+                                  "it was a bank, its header is damaged: restore it from a `memrl backup` copy)")
             return MemrlError(f"{path} is not a valid memrl bank ({message}); restore it from a `memrl backup` copy")
         if "unable to open" in message:
             folder = os.path.dirname(os.path.abspath(path))

@@ -411,7 +411,7 @@ def test_migrations_bring_an_old_bank_up_to_date(tmp_path: Path) -> None:
 def test_not_a_bank_and_missing_files(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(MemrlError, match="not a valid memrl bank"):
+    with pytest.raises(MemrlError, match="not a memrl bank: not a SQLite database"):
         MemoryBank(junk)
     with pytest.raises(MemrlError, match="no bank at"):
         MemoryBank(tmp_path / "absent.db", create=False)

@@ -30,11 +30,19 @@ from benchmarks.alfworld_data import load_walkthrough, resolve_data_dir, strip_b
 from benchmarks.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
+import bench_data
 from chat_server import ScriptedChatServer
 
-SHARED_ALFWORLD = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
-ARCHIVE = SHARED_ALFWORLD / "json_2.1.1_full_with_traj.tar.xz"
-AUTHORS_EXAMPLES = SHARED_ALFWORLD / "alfworld_examples.json"
+DATA = bench_data.alfworld()  # $ALFWORLD_DATA, ~/.cache/alfworld, else the archive in ../shared/data
+AUTHORS_EXAMPLES = bench_data.alfworld_examples()
+
+
+def examples() -> str:
+    """The MemRL authors' few-shot examples file, or skip the test."""
+    if AUTHORS_EXAMPLES is None:
+        pytest.skip("the MemRL authors' alfworld_examples.json not found: set ALFWORLD_EXAMPLES to it "
+                    "(from the authors' repository)")
+    return str(AUTHORS_EXAMPLES)
 VALID_UNSEEN_COUNTS = {"put": 24, "clean": 31, "heat": 23, "cool": 21, "examine": 18, "puttwo": 17}
 
 
@@ -53,19 +61,21 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def data_root(cache_home: Path) -> Path:
-    """The directory holding json_2.1.1, unpacked from the shared archive by the adapter itself."""
-    if not ARCHIVE.is_file():
-        pytest.skip(f"ALFWorld data archive not found at {ARCHIVE} (see /work/shared/data/README.md)")
-    pytest.importorskip("alfworld", reason="alfworld is not installed: pip install alfworld==0.4.2")
-    root = resolve_data_dir(str(ARCHIVE))
-    assert root.parent == cache_home / "alfworld" and (root / "json_2.1.1" / "valid_unseen").is_dir()
+    """The directory holding json_2.1.1 (a shared archive is unpacked by the adapter itself)."""
+    if DATA is None:
+        pytest.skip(bench_data.missing("alfworld"))
+    pytest.importorskip("alfworld", reason="alfworld is not installed: pip install -e '.[alfworld]'")
+    root = resolve_data_dir(str(DATA))
+    if DATA.is_file():
+        assert root.parent == cache_home / "alfworld"
+    assert (root / "json_2.1.1" / "valid_unseen").is_dir()
     return root
 
 
 @pytest.fixture(scope="session")
 def bench(data_root: Path) -> AlfworldBenchmark:
     """The adapter with the authors' few-shot examples (no game has to be played to build them)."""
-    return AlfworldBenchmark(data=str(data_root), examples=str(AUTHORS_EXAMPLES))
+    return AlfworldBenchmark(data=str(data_root), examples=examples())
 
 
 def one_per_type(tasks: list[Task], types: tuple[str, ...]) -> list[Task]:
@@ -150,7 +160,7 @@ def test_run_episode_with_walkthrough_llm_wins_and_keeps_prompt_out_of_trajector
 
 
 def test_run_episode_with_nonsense_fails_after_max_steps(data_root: Path) -> None:
-    bench = AlfworldBenchmark(data=str(data_root), examples=str(AUTHORS_EXAMPLES), max_steps=4)
+    bench = AlfworldBenchmark(data=str(data_root), examples=examples(), max_steps=4)
     (task,) = one_per_type(bench.tasks("valid_unseen"), ("examine",))
     replies = iter(["Thought: hmm\nAction: dance wildly", "", "jump around", "Action: fly\nObservation: you fly"])
     with ScriptedChatServer(lambda request: next(replies)) as server:
@@ -175,7 +185,7 @@ def test_memories_are_injected_in_full_between_example_and_task(bench: AlfworldB
          "similarity": 0.7, "q": 0.0, "score": 0.0},
     ]
     with ScriptedChatServer(lambda request: "Thought: done\nAction: look") as server:
-        bench_one_step = AlfworldBenchmark(data=str(bench.root), examples=str(AUTHORS_EXAMPLES), max_steps=1)
+        bench_one_step = AlfworldBenchmark(data=str(bench.root), examples=examples(), max_steps=1)
         episode = bench_one_step.run_episode(task, memories, client(server))
         messages = server.requests[0]["messages"]
     assert episode.steps == 1
@@ -241,7 +251,7 @@ def test_unknown_option_and_bad_examples_file(data_root: Path, tmp_path: Path) -
     with pytest.raises(MemrlError, match="cannot read ALFWorld examples"):
         AlfworldBenchmark(data=str(data_root), examples=str(bad))
     only_put = tmp_path / "put.json"
-    only_put.write_text(json.dumps([item for item in json.loads(AUTHORS_EXAMPLES.read_text()) if item["task"] == "put"]))
+    only_put.write_text(json.dumps([item for item in json.loads(Path(examples()).read_text()) if item["task"] == "put"]))
     assert AlfworldBenchmark(data=str(data_root), examples=str(only_put), task_types="put").examples().keys() == {"put"}
     with pytest.raises(MemrlError, match="no example for task type.s. clean"):
         AlfworldBenchmark(data=str(data_root), examples=str(only_put), task_types="put,clean")
@@ -307,7 +317,7 @@ def e2e_args(data_root: Path, server: ScriptedChatServer, runs_dir: Path) -> lis
 
     return [sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--data", str(data_root), "--limit", str(E2E_GAMES),
             "--epochs", "2", "--batch-size", "1", "--workers", "0", "--threshold", "0.95", "--option", "train_split=valid_unseen",
-            "--max-steps", str(E2E_STEPS), "--option", f"examples={AUTHORS_EXAMPLES}", "--base-url", server.base_url,
+            "--max-steps", str(E2E_STEPS), "--option", f"examples={examples()}", "--base-url", server.base_url,
             "--model", "scripted", "--runs-dir", str(runs_dir), "--eval", "none", "--json"]
 
 
@@ -384,7 +394,7 @@ def test_bench_alfworld_runs_offline_without_an_api_key(data_root: Path, tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_DB")}
     result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--data", str(data_root),
                              "--limit", "1", "--epochs", "2", "--max-steps", "2", "--workers", "0",
-                             "--option", "train_split=valid_unseen", "--option", f"examples={AUTHORS_EXAMPLES}",
+                             "--option", "train_split=valid_unseen", "--option", f"examples={examples()}",
                              "--eval", "none", "--runs-dir", str(tmp_path), "--json"], env=env, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stderr

@@ -16,11 +16,12 @@ from benchmarks.bigcodebench import BigCodeBench, canonical_program, extract_cod
 from benchmarks.protocol import Benchmark
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
+import bench_data
 from chat_server import ScriptedChatServer
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "bigcodebench"
+DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
 needs_data = pytest.mark.skipif(not (DATA / "bigcodebench_full.jsonl").is_file(),
-                                reason=f"BigCodeBench data not found in {DATA} (see shared/data/README.md)")
+                                reason=bench_data.missing("bigcodebench", DATA))
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 PASSING_STDLIB_TASKS = ["BigCodeBench/1", "BigCodeBench/2", "BigCodeBench/4", "BigCodeBench/7", "BigCodeBench/19"]
 

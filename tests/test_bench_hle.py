@@ -14,9 +14,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+
+pa = pytest.importorskip("pyarrow", reason="the hle extra is not installed: pip install -e '.[hle]'")
+import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks.hle import HLE, answer_letter, extract_answer, local_verdict, normalize_answer, parse_judgement
 from benchmarks.protocol import Benchmark

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from chat_server import ScriptedChatServer
 
-from benchmarks import llb_common, mysql_server
+pytest.importorskip("pymysql", reason="the llb extra is not installed: pip install -e '.[llb]'")
+import bench_data  # noqa: E402
+from chat_server import ScriptedChatServer  # noqa: E402
+
+from benchmarks import llb_common, mysql_server  # noqa: E402
 from benchmarks.llb_db import (
     DB_OUTPUT_FORMAT,
     SPLIT_FILES,
@@ -35,12 +38,12 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "llb"
+DATA = bench_data.directory("llb", "LLB_DATA", "db_val.json")  # $LLB_DATA, else ../shared/data/llb
 # Ground truths whose rows tie on the ORDER BY key: MariaDB breaks such ties in no fixed order,
 # so each run reproduces a few of these and misses the others.
 TIE_ORDER_IDS = {f"db/{key}" for key in (18, 41, 72, 96, 225, 228, 271, 273, 274, 422)}
 
-needs_data = pytest.mark.skipif(not (DATA / "db_val.json").is_file(), reason=f"LLB data not found in {DATA}")
+needs_data = pytest.mark.skipif(not (DATA / "db_val.json").is_file(), reason=bench_data.missing("llb", DATA))
 
 
 def _require_mariadb() -> None:
@@ -157,7 +160,7 @@ def test_tasks_cover_both_splits_in_index_order() -> None:
 def adapter() -> Iterator[LLBDatabase]:
     _require_mariadb()
     if not (DATA / "db_val.json").is_file():
-        pytest.skip(f"LLB data not found in {DATA}")
+        pytest.skip(bench_data.missing("llb", DATA))
     bench = LLBDatabase(data=str(DATA), server="mariadb")
     yield bench
     bench.close()
@@ -315,7 +318,7 @@ print(json.dumps({"record": record, "after": mysql_server.running_server()}))
 def test_last_user_stops_the_server(tmp_path: Path) -> None:
     _require_mariadb()
     if not (DATA / "db_val.json").is_file():
-        pytest.skip(f"LLB data not found in {DATA}")
+        pytest.skip(bench_data.missing("llb", DATA))
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # its own state directory, so its own server
     done = subprocess.run([sys.executable, "-c", _LIFECYCLE_SCRIPT, str(DATA)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -340,7 +343,7 @@ def test_mysql_url_is_used_as_given(adapter: LLBDatabase) -> None:
 @pytest.mark.skipif(mysql_server.docker_client() is None, reason="no Docker daemon answers")
 def test_docker_server_runs_an_episode() -> None:
     if not (DATA / "db_val.json").is_file():
-        pytest.skip(f"LLB data not found in {DATA}")
+        pytest.skip(bench_data.missing("llb", DATA))
     bench = LLBDatabase(data=str(DATA), server="docker")
     try:
         read = _sample_tasks(bench, "direct", 1)[0]
@@ -370,7 +373,7 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
 
     _require_mariadb()
     if not (DATA / "db_train.json").is_file():
-        pytest.skip(f"LLB data not found in {DATA}")
+        pytest.skip(bench_data.missing("llb", DATA))
     tasks = LLBDatabase(data=str(DATA), server="mariadb").tasks("train")  # the harness samples 3 of them
     with ScriptedChatServer(distilling(_ground_truth_agent(tasks))) as server:
         config = BenchConfig(benchmark="llb-db", epochs=2, batch_size=3, limit=3, data=str(DATA),

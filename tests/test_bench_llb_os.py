@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+import bench_data  # noqa: E402
 from chat_server import ScriptedChatServer
 
 from benchmarks import llb_common
@@ -40,9 +41,9 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "llb"
+DATA = bench_data.directory("llb", "LLB_DATA", "os_interaction_val.json")  # $LLB_DATA, else ../shared/data/llb
 needs_data = pytest.mark.skipif(
-    not (DATA / "os_interaction_val.json").is_file(), reason=f"LLB data not found in {DATA}"
+    not (DATA / "os_interaction_val.json").is_file(), reason=bench_data.missing("llb", DATA)
 )
 
 
@@ -153,7 +154,7 @@ def rootfs() -> Path:
 @pytest.fixture
 def adapter(rootfs: Path) -> Iterator[LLBOperatingSystem]:
     if not DATA.is_dir():
-        pytest.skip(f"LLB data not found in {DATA}")
+        pytest.skip(bench_data.missing("llb", DATA))
     bench = LLBOperatingSystem(data=str(DATA), backend="bwrap", rootfs=str(rootfs), command_timeout=10)
     yield bench
     bench.close()

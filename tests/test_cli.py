@@ -262,3 +262,49 @@ def test_export_import_merge_backup_calibrate_doctor(sqlite_bank: Path, tmp_path
     assert built["ok"] and built["index"]["indexed"] == 4
     doctor = as_json(memrl(copy, "doctor", "--rebuild-index", "--json"))
     assert doctor["ok"] and doctor["reindexed"] == 4 and doctor["sqlite_vec"] is True
+
+
+# -- what a newcomer trips over (issue 16) -------------------------------------------------------
+
+
+def test_version_export_json_and_singular_counts(tmp_path: Path) -> None:
+    from memrl_cli import __version__
+
+    assert memrl(None, "--version").stdout == f"memrl {__version__}\n"
+    db = tmp_path / "b.db"
+    ingested = memrl(db, "ingest", "--intent", "heat an egg", "--experience", "microwave", "--outcome", "success")
+    assert ingested.stdout.strip() == "memory 1 created"
+    assert "retrieval 1: 1 memory " in memrl(db, "retrieve", "warm up an egg", env={"COLUMNS": "80"}).stdout
+    out = tmp_path / "bank.jsonl"
+    assert as_json(memrl(db, "export", "-o", str(out), "--json")) == {"path": str(out), "memories": 1}
+    assert memrl(db, "export", "-o", str(out)).stderr == f"exported 1 memory to {out}\n"
+    refused = memrl(db, "export", "--json", ok=False)
+    assert refused.returncode == 1 and "needs -o FILE" in as_json(refused)["error"]["message"]
+    imported = memrl(tmp_path / "c.db", "import", str(out))
+    assert imported.stdout.strip() == "imported 1 memory, 0 duplicates skipped, 0 merged"
+
+
+def test_tables_fit_80_columns_without_breaking_numbers_or_headers(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    memrl(db, "ingest", "--intent", "heat an egg and put it on the dining table in the kitchen of the house",
+          "--experience", "SCRIPT: take egg from fridge 1; go to microwave 1; heat egg with microwave 1; "
+          "go to diningtable 1; put egg in/on diningtable 1", "--outcome", "success")
+    memrl(db, "retrieve", "warm up an egg, then place it on the dining table")
+    env = {"COLUMNS": "80"}
+    for args, headers in ((["inspect", "--top-q", "5"], ["visits", "outcome", "0.0000"]),
+                          (["explain", "1"], ["memory_id", "similarity", "score"]),
+                          (["inspect", "--memory", "1"], ["retrieval_id", "similarity", "selected_rank"]),
+                          (["retrieve", "warm an egg"], ["similarity", "outcome", "score"])):
+        text = memrl(db, *args, env=env).stdout
+        rendered = [line for line in text.splitlines() if not line.startswith(("intent: ", "SCRIPT: "))]  # free text
+        assert max(map(len, rendered)) <= 80, text
+        for header in headers:
+            assert header in text, f"{args}: {header} broke:\n{text}"
+    assert "selected: score rank 0 < k2=3" in memrl(db, "explain", "1", env={"COLUMNS": "200"}).stdout
+
+
+def test_a_file_that_is_not_sqlite_is_not_called_a_corrupt_bank(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list\n" * 50)
+    line = error_line(memrl(notes, "inspect", "--stats", ok=False))
+    assert "is not a memrl bank: not a SQLite database" in line and "check --db / MEMRL_DB" in line

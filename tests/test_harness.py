@@ -210,3 +210,45 @@ def test_resume_of_something_that_is_not_a_run_is_one_line(tmp_path):
                             timeout=60)
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0
     assert "is not a run directory" in result.stderr
+
+
+def test_bench_never_learns_in_memrl_db_and_names_its_bank_first(server, tmp_path):
+    agent_bank = tmp_path / "agent.db"
+    env = cli_env() | {"MEMRL_DB": str(agent_bank)}
+    result = subprocess.run(bench_cmd(server, tmp_path / "runs", "--epochs", "1", "--option", "rooms=2"), env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (f"memrl: bank: a new bank.db in its run directory under "
+                                             f"{tmp_path / 'runs'}/; MEMRL_DB={agent_bank} is not used by bench")
+    assert not agent_bank.exists() and json.loads(result.stdout)["bank"].endswith("bank.db")
+    named = subprocess.run(bench_cmd(server, tmp_path / "runs", "--epochs", "1", "--option", "rooms=2",
+                                     "--db", str(agent_bank)), env=env, capture_output=True, text=True, timeout=300)
+    assert named.returncode == 0, named.stderr
+    assert named.stderr.splitlines()[0] == f"memrl: bank: {agent_bank} (--db)"
+    with MemoryBank(agent_bank, create=False) as bank:
+        assert bank.count() == 2
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_named_model_without_key_or_endpoint_is_one_line(tmp_path, how):
+    env = {k: v for k, v in cli_env().items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    command = [sys.executable, "-m", "memrl_cli", "bench", TOY, "--runs-dir", str(tmp_path), "--workers", "0"]
+    if how == "flag":
+        command += ["--model", "gpt-4o-mini"]
+    else:
+        env["MEMRL_MODEL"] = "gpt-4o-mini"
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith("memrl: error: model 'gpt-4o-mini' is named")
+    assert "OPENAI_API_KEY" in result.stderr and "--base-url" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
+    events = []
+    config = BenchConfig(benchmark=TOY, method="memrl", epochs=3, batch_size=4, eval_splits=["val"], eval_every=2,
+                         threshold=0.3, options={"rooms": 3})
+    run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0,
+                  on_progress=lambda event, data: events.append((event, data)))
+    assert events[0] == ("start", {"total": 3 * 3 + 3 * 3, "done": 0})  # evaluations after epochs 0, 2 and 3
+    assert sum(1 for event, _ in events if event == "episode") == events[0][1]["total"]
