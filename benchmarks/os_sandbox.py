@@ -339,11 +339,12 @@ class DockerSandbox:
         self._api = client.api
         self._stdin: Any = None
         mib = 1024 * 1024
-        rlimits = {"cpu": cpu_seconds, "fsize": disk_mb * mib, "core": 0}
+        # CPU: SIGXCPU at `cpu_seconds` (exit status 152), SIGKILL one second later if ignored.
+        rlimits = {"cpu": (cpu_seconds, cpu_seconds + 1), "fsize": (disk_mb * mib,) * 2, "core": (0, 0)}
         host_config = self._api.create_host_config(
             auto_remove=True, init=True, network_mode="none", cap_drop=["MKNOD"],
             mem_limit=memory_mb * mib, memswap_limit=memory_mb * mib, pids_limit=nproc, nano_cpus=int(cpus * 1e9),
-            ulimits=[docker.types.Ulimit(name=name, soft=value, hard=value) for name, value in rlimits.items()],
+            ulimits=[docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in rlimits.items()],
         )
         config = self._api.create_container_config(
             image, ["cat"], stdin_open=True, hostname=SANDBOX_HOSTNAME, host_config=host_config,
