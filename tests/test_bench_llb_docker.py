@@ -32,7 +32,6 @@ from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
 from benchmarks.llb_db import LLBDatabase
 from benchmarks.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
 from benchmarks.os_sandbox import DockerSandbox, SandboxFactory
-from benchmarks.protocol import Task
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
