@@ -342,7 +342,6 @@ class LLBDatabase:
         mysql_url: str | None = None,
         max_rounds: int = 15,
         server: str = "auto",
-        docker_image: str = mysql_server.DEFAULT_DOCKER_IMAGE,
     ) -> None:
         self.data = llb_common.data_dir(data, tuple(SPLIT_FILES.values()))
         self.limit = None if limit is None else int(limit)
@@ -352,7 +351,6 @@ class LLBDatabase:
         if server not in mysql_server.SERVER_KINDS:
             raise MemrlError(f"unknown server {server!r}: use one of {', '.join(mysql_server.SERVER_KINDS)}")
         self.server = server
-        self.docker_image = docker_image
         self._given = mysql_server.parse_mysql_url(mysql_url) if mysql_url else None
         self._address: mysql_server.ServerAddress | None = None
         self._acquired_pid: int | None = None
@@ -366,7 +364,7 @@ class LLBDatabase:
         if self._given is not None:
             return self._given
         if self._address is None or self._acquired_pid != os.getpid():
-            self._address = mysql_server.acquire(self.server, self.docker_image)
+            self._address = mysql_server.acquire(self.server)
             self._acquired_pid = os.getpid()
         return self._address
 

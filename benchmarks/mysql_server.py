@@ -3,7 +3,8 @@
 Where the server comes from, in order:
 
 1. a URL the user gives (`mysql://user:password@host:port`): used as is, never started or stopped;
-2. a `mysql` Docker container, when a Docker daemon answers;
+2. a MariaDB Docker container (memrl's `llb-db` image, `benchmarks.docker_images`), when a
+   Docker daemon answers: no network, reachable through a Unix socket in a private directory;
 3. a local MariaDB (`apt-get install mariadb-server`) started in a temporary data directory,
    reachable only through a Unix socket in a private directory.
 
@@ -39,9 +40,9 @@ import re
 
 import pymysql
 
+from benchmarks.docker_images import docker_client, ensure_image, require_docker
 from memrl_cli.errors import MemrlError
 
-DEFAULT_DOCKER_IMAGE = "mysql:8.4"
 SERVER_KINDS = ("auto", "docker", "mariadb")
 # MySQL 8's defaults, so that a MariaDB server groups, sorts and concatenates like LLB's MySQL.
 MYSQL8_SQL_MODE = (
@@ -62,7 +63,27 @@ _INNODB_SETTINGS = (
     "--innodb-flush-log-at-trx-commit=2",
 )
 _MARIADB_START_TIMEOUT = 60.0
-_DOCKER_START_TIMEOUT = 180.0
+_DOCKER_START_TIMEOUT = 120.0
+# Limits of the Docker server: the data directory is a tmpfs inside the memory limit; every
+# connection is a thread (max-connections 500).
+_DOCKER_LIMITS = {"mem_limit": 1 << 30, "memswap_limit": 1 << 30, "pids_limit": 1024, "nano_cpus": 2_000_000_000}
+_DOCKER_DATA_SIZE = "512m"
+_DOCKER_RUN = "/run/memrl"  # where the container sees its private host directory (socket, logs, users.lock)
+# The Docker server's first process: initialise a data directory on the tmpfs, start mariadbd
+# on a socket in the host directory, then stop it as soon as no process holds a shared lock on
+# users.lock. Every process using the server holds one (`_hold_users_lock`) and the kernel drops
+# it however that process ends, so the container goes away even if its users are all killed.
+_DOCKER_SERVER_SCRIPT = """set -e
+mariadb-install-db --no-defaults --datadir=/var/lib/mysql --user=root --auth-root-authentication-method=normal \
+  --skip-test-db {innodb} >{run}/install.log 2>&1
+mariadbd --no-defaults --datadir=/var/lib/mysql --socket={run}/mysqld.sock --skip-networking --user=root \
+  --init-file={run}/init.sql --log-error={run}/error.log {settings} {innodb} &
+server=$!
+exec 9<{run}/users.lock
+until flock -x -n 9; do sleep 1; done
+kill -TERM $server
+wait $server
+"""
 _STOP_TIMEOUT = 30.0
 _SEARCH_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/libexec", "/usr/local/mysql/bin")
 INSTALL_HINT = (
@@ -142,18 +163,6 @@ def find_mariadb() -> tuple[str, str] | None:
     server = shutil.which("mariadbd", path=search_path)
     installer = shutil.which("mariadb-install-db", path=search_path)
     return (server, installer) if server and installer else None
-
-
-def docker_client() -> Any | None:
-    """A docker SDK client whose daemon answers a ping, or None."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception:  # no SDK, no socket, daemon down, permission denied: all mean "no Docker"
-        return None
-    return client
 
 
 # --------------------------------------------------------------------------- MySQL 8 on MariaDB
@@ -313,31 +322,45 @@ def _start_mariadb() -> dict[str, Any]:
     return {"kind": "mariadb", "pid": process.pid, "root": str(root), "address": asdict(address)}
 
 
-def _start_docker(client: Any, image: str) -> dict[str, Any]:
-    password = secrets.token_hex(12)
-    container = client.containers.run(
-        image,
-        name=f"memrl-mysql-{os.getuid()}-{secrets.token_hex(4)}",
-        environment={"MYSQL_ROOT_PASSWORD": password},
-        ports={"3306/tcp": ("127.0.0.1", None)},
-        detach=True,
-        remove=True,
-    )
+def _start_docker(client: Any, directory: Path) -> dict[str, Any]:
+    """Start the MariaDB container; `directory` (private) becomes its run directory."""
+    import docker
+
+    image = ensure_image(client, "llb-db")
+    run = Path(tempfile.mkdtemp(prefix="docker-", dir=directory))
+    password = secrets.token_hex(16)
+    (run / "init.sql").write_text(f"ALTER USER root@localhost IDENTIFIED BY '{password}';\n")
+    (run / "users.lock").touch()
+    _hold_users_lock(str(run / "users.lock"))  # before the container starts watching it
+    script = _DOCKER_SERVER_SCRIPT.format(run=_DOCKER_RUN, settings=" ".join(_MARIADB_SETTINGS),
+                                          innodb=" ".join(_INNODB_SETTINGS))
+    try:
+        container = client.containers.run(
+            image, ["sh", "-c", script], name=f"memrl-mysql-{os.getuid()}-{run.name}", detach=True,
+            auto_remove=True, network_mode="none", tmpfs={"/var/lib/mysql": f"size={_DOCKER_DATA_SIZE}"},
+            volumes={str(run): {"bind": _DOCKER_RUN, "mode": "rw"}}, labels={"memrl.server": "llb-db"},
+            **_DOCKER_LIMITS,
+        )
+    except docker.errors.APIError as exc:
+        shutil.rmtree(run, ignore_errors=True)
+        raise MemrlError(f"could not start the MariaDB container from {image}: {exc}") from exc
+    address = ServerAddress(user="root", password=password, unix_socket=str(run / "mysqld.sock"))
+    state = {"kind": "docker", "container": container.id, "run": str(run), "users_lock": str(run / "users.lock"),
+             "address": asdict(address)}
     deadline = time.monotonic() + _DOCKER_START_TIMEOUT
-    address = None
-    while address is None or not is_reachable(address):
+    while not ((run / "mysqld.sock").exists() and is_reachable(address)):
         try:
             container.reload()
-        except Exception as exc:  # removed: it exited
-            raise MemrlError(f"the MySQL container from {image} exited while starting: {exc}") from None
-        if container.status not in ("created", "running") or time.monotonic() > deadline:
-            container.stop(timeout=5)
-            raise MemrlError(f"MySQL container from {image} did not become ready (status {container.status})")
-        bindings = (container.ports or {}).get("3306/tcp") or []
-        if bindings:
-            address = ServerAddress(user="root", password=password, port=int(bindings[0]["HostPort"]), tls=True)
-        time.sleep(1.0)
-    return {"kind": "docker", "container": container.id, "address": asdict(address)}
+            running = container.status in ("created", "running")
+        except docker.errors.NotFound:  # exited, and auto-removed
+            running = False
+        if not running or time.monotonic() > deadline:
+            logs = " ".join((run / name).read_text(errors="replace")[-300:] for name in ("install.log", "error.log")
+                            if (run / name).exists())
+            _stop(state)
+            raise MemrlError(f"the MariaDB container from {image} did not start: {logs.strip() or 'no log'}")
+        time.sleep(0.2)
+    return state
 
 
 def _is_server_process(pid: int, root: str) -> bool:
@@ -351,10 +374,8 @@ def _stop(state: dict[str, Any]) -> None:
     if state["kind"] == "docker":
         client = docker_client()
         if client is not None:
-            try:
-                client.containers.get(state["container"]).stop(timeout=10)
-            except Exception:  # already gone
-                pass
+            _remove_container(client, state["container"])
+        shutil.rmtree(state["run"], ignore_errors=True)
         return
     pid = state["pid"]
     if _is_server_process(pid, state["root"]):  # else gone already, and its pid possibly reused
@@ -371,22 +392,74 @@ def _stop(state: dict[str, Any]) -> None:
     shutil.rmtree(state["root"], ignore_errors=True)
 
 
+def _remove_container(client: Any, container_id: str) -> None:
+    """Kill and remove a container; return once Docker no longer lists it."""
+    import docker
+
+    try:
+        client.api.remove_container(container_id, force=True)
+    except docker.errors.APIError:
+        pass  # already gone, or its auto-removal is under way
+    deadline = time.monotonic() + _STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.1)
+
+
 _started_here: dict[int, subprocess.Popen] = {}
 _lock = threading.Lock()
 _refs = 0  # acquisitions by this process that are not yet released
 _exit_hook_pid: int | None = None
+_users_lock: tuple[str, int] | None = None  # (path, fd) of the Docker server's users.lock this process holds
+
+
+def _hold_users_lock(path: str) -> None:
+    """Hold a shared lock on a Docker server's users.lock until `_drop_users_lock` or process exit.
+
+    Waits while the server's container holds it exclusively: then it is stopping, and the
+    caller sees it unreachable once the lock comes.
+    """
+    global _users_lock
+    if _users_lock is not None and _users_lock[0] == path:
+        return
+    _drop_users_lock()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    deadline = time.monotonic() + _STOP_TIMEOUT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise MemrlError(f"the MariaDB container of {path} does not stop; remove it with `docker rm -f`")
+            time.sleep(0.1)
+    _users_lock = (path, fd)
+
+
+def _drop_users_lock() -> None:
+    global _users_lock
+    if _users_lock is not None:
+        os.close(_users_lock[1])
+        _users_lock = None
 
 
 def _reset_after_fork() -> None:
-    global _refs, _exit_hook_pid, _lock
+    global _refs, _exit_hook_pid, _lock, _users_lock
     _refs, _exit_hook_pid, _lock = 0, None, threading.Lock()
     _started_here.clear()
+    if _users_lock is not None:  # the parent's: closing this copy leaves the parent's lock in place
+        os.close(_users_lock[1])
+        _users_lock = None
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def acquire(kind: str = "auto", docker_image: str = DEFAULT_DOCKER_IMAGE) -> ServerAddress:
+def acquire(kind: str = "auto") -> ServerAddress:
     """Register this process as a user of the shared managed server, starting one if none runs.
 
     `kind` chooses what to start when nothing runs: "auto" (Docker if a daemon answers, else
@@ -397,13 +470,14 @@ def acquire(kind: str = "auto", docker_image: str = DEFAULT_DOCKER_IMAGE) -> Ser
         raise MemrlError(f"unknown server kind {kind!r}: use one of {', '.join(SERVER_KINDS)}")
     with _lock, _file_lock() as directory:
         state = _read_state(directory)
+        if state is not None and state.get("users_lock") and os.path.exists(state["users_lock"]):
+            _hold_users_lock(state["users_lock"])
         if state is None or not is_reachable(ServerAddress(**state["address"])):
             if state is not None:  # dead or hung: clean up what it left
+                _drop_users_lock()
                 _stop(state)
-            client = docker_client() if kind in ("auto", "docker") else None
-            if kind == "docker" and client is None:
-                raise MemrlError("no Docker daemon answers: start Docker or use --option server=mariadb")
-            state = _start_docker(client, docker_image) if client is not None else _start_mariadb()
+            client = require_docker() if kind == "docker" else docker_client() if kind == "auto" else None
+            state = _start_docker(client, directory) if client is not None else _start_mariadb()
             (directory / "server.json").write_text(json.dumps(state))
         (directory / "users" / str(os.getpid())).touch()
         _refs += 1
@@ -435,6 +509,7 @@ def _release_all() -> None:
 
 def _unregister() -> None:
     with _file_lock() as directory:
+        _drop_users_lock()
         (directory / "users" / str(os.getpid())).unlink(missing_ok=True)
         state = _read_state(directory)
         if state is not None and not _live_users(directory):

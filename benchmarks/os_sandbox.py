@@ -6,8 +6,9 @@ while files, users and background processes persist until the container is kille
 
 Two backends give the same contract (`Sandbox.run(script) -> CommandResult`, `close()`):
 
-* `DockerSandbox`: a container from a small Debian image (built once through the docker SDK),
-  used when a Docker daemon answers.
+* `DockerSandbox`: a container per sample, without network and with memory, process and CPU
+  limits, from memrl's Debian image (`benchmarks.docker_images`: this module's rootfs loaded
+  with `docker import`, built on first use), used when a Docker daemon answers.
 * `BwrapSandbox`: no Docker. A Debian rootfs made once with `debootstrap --variant=minbase`
   (`ensure_rootfs`), and per sample a fresh overlay (the rootfs as read-only lower layer,
   a temporary upper layer) mounted in a private mount namespace and entered with `bwrap`
@@ -21,7 +22,6 @@ Two backends give the same contract (`Sandbox.run(script) -> CommandResult`, `cl
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import select
@@ -32,7 +32,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,14 +47,7 @@ MIRROR = "http://deb.debian.org/debian"
 # which LLB's own Ubuntu image also ships.
 EXTRA_PACKAGES = ("adduser", "procps", "file", "vim", "zsh", "python3")
 ROOTFS_MARKER = ".memrl-rootfs.json"
-DOCKER_IMAGE = "memrl/llb-os:bookworm"
-DOCKERFILE = (
-    f"FROM debian:{SUITE}-slim\n"
-    "RUN apt-get update && apt-get install -y --no-install-recommends "
-    + " ".join(EXTRA_PACKAGES)
-    + " && rm -rf /var/lib/apt/lists/*\n"
-    'CMD ["bash"]\n'
-)
+DOCKER_IMAGE = "memrl/llb-os"  # memrl's own image (`benchmarks.docker_images`), built on first use
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 SANDBOX_HOSTNAME = "llb-os"
@@ -67,8 +61,10 @@ KEPT_CAPABILITIES = (
 _KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
 ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
 PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_enter.PRISTINE)
-MAX_CAPTURED_BYTES = 1 << 20
-_OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")  # keep at most 1 MiB of one script's output
+MAX_CAPTURED_BYTES = 1 << 20  # keep at most 1 MiB of one script's output
+_OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+# How DockerSandbox runs a script ($1), its output file ($2) and the output cap ($3).
+_DOCKER_WRAPPER = 'bash -c "$1" >"$2" 2>&1; status=$?; head -c "$3" "$2"; rm -f "$2"; exit $status'
 _DRAIN_SECONDS = 0.2
 _START_SECONDS = 30.0  # after a script exits, how long to wait for output still in flight
 INSTALL_HINT = "install them with `apt-get install bubblewrap debootstrap` (run as root)"
@@ -183,23 +179,24 @@ def default_rootfs_path(suite: str = SUITE) -> Path:
     return cache / "memrl" / f"rootfs-{suite}"
 
 
-def rootfs_ready(path: Path) -> bool:
-    """True when `path` holds a finished rootfs built by `ensure_rootfs` with today's packages."""
+def rootfs_ready(path: Path, packages: tuple[str, ...] = EXTRA_PACKAGES) -> bool:
+    """True when `path` holds a finished rootfs built by `ensure_rootfs` with `packages`."""
     try:
         marker = json.loads((path / ROOTFS_MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(marker, dict) and marker.get("packages") == list(EXTRA_PACKAGES)
+    return isinstance(marker, dict) and marker.get("packages") == list(packages)
 
 
-def ensure_rootfs(path: str | Path | None = None, suite: str = SUITE, mirror: str = MIRROR) -> Path:
-    """Return a ready Debian rootfs at `path`, building it with debootstrap if needed.
+def ensure_rootfs(path: str | Path | None = None, suite: str = SUITE, mirror: str = MIRROR,
+                  packages: tuple[str, ...] = EXTRA_PACKAGES) -> Path:
+    """Return a ready Debian rootfs (minbase plus `packages`) at `path`, building it with debootstrap if needed.
 
     The build (a few minutes; downloads ~60 MB from the Debian mirror) happens once; a file
     lock makes concurrent callers wait for one build instead of racing.
     """
     target = Path(path).expanduser() if path else default_rootfs_path(suite)
-    if rootfs_ready(target):
+    if rootfs_ready(target, packages):
         return target
     if os.geteuid() != 0:
         raise MemrlError(f"the LLB OS rootfs {target} does not exist and building it needs root; run once as root")
@@ -209,19 +206,19 @@ def ensure_rootfs(path: str | Path | None = None, suite: str = SUITE, mirror: st
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if rootfs_ready(target):
+        if rootfs_ready(target, packages):
             return target
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         command = [
-            debootstrap, "--variant=minbase", "--include=" + ",".join(EXTRA_PACKAGES), suite, str(partial), mirror,
+            debootstrap, "--variant=minbase", "--include=" + ",".join(packages), suite, str(partial), mirror,
         ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
             raise MemrlError(f"debootstrap failed ({' | '.join(tail)}); check access to {mirror} and retry")
         (partial / ROOTFS_MARKER).write_text(
-            json.dumps({"suite": suite, "mirror": mirror, "packages": list(EXTRA_PACKAGES), "built": time.time()})
+            json.dumps({"suite": suite, "mirror": mirror, "packages": list(packages), "built": time.time()})
         )
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
@@ -438,71 +435,128 @@ def _decode(data: bytes | bytearray) -> str:
 # ----------------------------------------------------------------------------- docker backend
 
 
-def docker_client() -> Any | None:
-    """A docker SDK client when the package is installed and a daemon answers, else None."""
-    try:
-        import docker
-    except ImportError:
-        return None
-    try:
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception:
-        return None
-    return client
-
-
-def ensure_docker_image(client: Any, tag: str = DOCKER_IMAGE) -> str:
-    """Build the sandbox image (Debian + `EXTRA_PACKAGES`) once; return its tag."""
-    import docker
-
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        client.images.build(fileobj=io.BytesIO(DOCKERFILE.encode()), tag=tag, rm=True)
-    return tag
-
-
 class DockerSandbox:
-    """A fresh container per sample, no network; scripts run with `exec_run(["bash", "-c", ...])`."""
+    """A fresh container per sample: no network, limits, removed at `close()` or if memrl dies.
 
-    def __init__(self, client: Any, image: str, timeout: float) -> None:
+    Limits: `memory_mb` of memory (no swap) and `nproc` processes/threads for the whole
+    container (cgroups), `cpus` CPUs of time (CFS quota), and per process `cpu_seconds` of CPU
+    time and files of at most `disk_mb` (rlimits). The container's first process, `cat` under
+    Docker's init, reads a stdin that only this process holds (attached, with StdinOnce): when
+    this process dies, for any reason, `cat` sees EOF, the container stops and Docker removes
+    it. Each script runs as `docker exec bash -c SCRIPT` as root in `/`; one that runs over its
+    time is killed with its process group (when the daemon shares this machine's pid space).
+    """
+
+    def __init__(self, client: Any, image: str, timeout: float, memory_mb: int = 1024, nproc: int = 256,
+                 cpu_seconds: int = 60, disk_mb: int = 1024, cpus: float = 1.0) -> None:
+        import docker
+
         self.timeout = float(timeout)
+        self._api = client.api
+        self._stdin: Any = None
+        mib = 1024 * 1024
+        # CPU: SIGXCPU at `cpu_seconds` (exit status 152), SIGKILL one second later if ignored.
+        rlimits = {"cpu": (cpu_seconds, cpu_seconds + 1), "fsize": (disk_mb * mib,) * 2, "core": (0, 0)}
+        host_config = self._api.create_host_config(
+            auto_remove=True, init=True, network_mode="none", cap_drop=["MKNOD"],
+            mem_limit=memory_mb * mib, memswap_limit=memory_mb * mib, pids_limit=nproc, nano_cpus=int(cpus * 1e9),
+            ulimits=[docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in rlimits.items()],
+        )
+        config = self._api.create_container_config(
+            image, ["cat"], stdin_open=True, hostname=SANDBOX_HOSTNAME, host_config=host_config,
+            labels={"memrl.sandbox": "llb-os", "memrl.owner-pid": str(os.getpid())},
+        )
+        config["StdinOnce"] = True  # the SDK has no argument for it
         try:
-            self._container = client.containers.run(
-                image, detach=True, tty=True, stdin_open=True, remove=True, network_mode="none",
-                hostname=SANDBOX_HOSTNAME, labels={"created_by": "memrl-llb-os"},
-            )
+            self.id = self._api.create_container_from_config(config)["Id"]
         except Exception as exc:
+            raise SandboxError(f"could not create a container from {image}: {exc}") from exc
+        try:
+            self._stdin = self._api.attach_socket(self.id, params={"stdin": 1, "stream": 1})
+            self._api.start(self.id)
+        except Exception as exc:
+            self.close()
             raise SandboxError(f"could not start a container from {image}: {exc}") from exc
 
     def run(self, script: str) -> CommandResult:
-        """Run `script`; on timeout the exec is abandoned (Docker cannot kill an exec), as in LLB."""
-        result: dict[str, Any] = {}
+        """Run `script` with `bash -c` as root in `/` (see the class docstring).
 
-        def target() -> None:
-            try:
-                result["value"] = self._container.exec_run(["bash", "-c", script], workdir="/")
-            except Exception as exc:  # re-raised in the caller's thread
-                result["error"] = exc
+        The script's output goes to a file that `_DOCKER_WRAPPER` prints once bash exits, so a
+        background process it leaves holds that file, never the exec's stream (Docker would
+        then report neither this exec's end nor later ones').
+        """
+        out = f"/dev/shm/.memrl-out-{uuid.uuid4().hex}"
+        started = time.monotonic()
+        exec_id, raw = self._exec(["sh", "-c", _DOCKER_WRAPPER, "sh", script, out, str(MAX_CAPTURED_BYTES)])
+        try:
+            output, finished = _read_frames(raw, started + self.timeout)
+        finally:
+            raw.close()
+        if finished:
+            for _ in range(100):  # Docker records the exit code just after the stream ends
+                state = self._api.exec_inspect(exec_id)
+                if not state["Running"] and state["ExitCode"] is not None:
+                    return CommandResult(exit_code=state["ExitCode"], output=_decode(output), timed_out=False)
+                time.sleep(0.02)
+        self._kill_exec(self._api.exec_inspect(exec_id).get("Pid") or 0)
+        exec_id, raw = self._exec(["sh", "-c", 'head -c "$2" "$1"; rm -f "$1"', "sh", out, str(MAX_CAPTURED_BYTES)])
+        try:
+            partial, _ = _read_frames(raw, time.monotonic() + 10)
+        finally:
+            raw.close()
+        return CommandResult(exit_code=None, output=_decode(partial), timed_out=True)
 
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        thread.join(self.timeout)
-        if thread.is_alive():
-            return CommandResult(exit_code=None, output="", timed_out=True)
-        if "error" in result:
-            raise SandboxError(f"docker exec failed: {result['error']}")
-        value = result["value"]
-        output = _decode(value.output[:MAX_CAPTURED_BYTES])
-        return CommandResult(exit_code=value.exit_code, output=output, timed_out=False)
+    def _exec(self, command: list[str]) -> tuple[str, Any]:
+        """Start `command` in the container; its id and the raw socket of its output."""
+        try:
+            exec_id = self._api.exec_create(self.id, command, workdir="/", user="root")["Id"]
+            stream = self._api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            raise SandboxError(f"docker exec failed (the container is gone?): {exc}") from exc
+        return exec_id, getattr(stream, "_sock", stream)
+
+    def _kill_exec(self, pid: int) -> None:
+        """Kill a timed-out exec's process group, if `pid` is this container's process on this machine."""
+        try:
+            if pid and self.id in Path(f"/proc/{pid}/cgroup").read_text():
+                os.killpg(pid, signal.SIGKILL)  # docker exec starts each process in a session of its own
+        except (OSError, ProcessLookupError):
+            pass  # gone, or the daemon runs elsewhere: the exec is abandoned, as in LLB
 
     def close(self) -> None:
-        """Kill the container (it is removed automatically)."""
+        """Kill and remove the container; return once Docker no longer lists it."""
+        import docker
+
         try:
-            self._container.kill()
-        except Exception:
-            pass  # already gone
+            self._api.remove_container(self.id, force=True)
+        except docker.errors.APIError:
+            pass  # already gone, or its auto-removal is under way
+        for _ in range(100):
+            try:
+                self._api.inspect_container(self.id)
+            except docker.errors.NotFound:
+                break
+            time.sleep(0.1)
+        if self._stdin is not None:
+            getattr(self._stdin, "_sock", self._stdin).close()
+            self._stdin = None
+
+
+def _read_frames(raw: Any, deadline: float) -> tuple[bytearray, bool]:
+    """Read a docker exec's multiplexed stdout+stderr until EOF (True) or `deadline` (False)."""
+    frames, output = bytearray(), bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([raw], [], [], remaining)[0]:
+            return output, False
+        data = raw.recv(65536)
+        if not data:
+            return output, True
+        frames += data
+        while len(frames) >= 8 and len(frames) >= 8 + int.from_bytes(frames[4:8], "big"):
+            size = int.from_bytes(frames[4:8], "big")  # header: stream, 0, 0, 0, size (big-endian)
+            output += frames[8:8 + size]
+            del frames[:8 + size]
 
 
 # ----------------------------------------------------------------------------- choice
@@ -513,6 +567,8 @@ class SandboxFactory:
 
     `backend`: "auto" (Docker if a daemon answers, else bwrap), "docker" or "bwrap".
     `rootfs`: the bwrap rootfs directory (built on first use; default `default_rootfs_path()`).
+    `image`: the Docker image; the default `DOCKER_IMAGE` is memrl's (`benchmarks.docker_images`,
+    built on first use), any other must exist and have `bash` and `cat`.
     Picklable: the Docker client and the rootfs check are made lazily in each process.
     """
 
@@ -526,6 +582,7 @@ class SandboxFactory:
         self.image = image
         self.limits = limits
         self._client: Any = None
+        self._image_tag = image
         self._rootfs_path: Path | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -538,12 +595,13 @@ class SandboxFactory:
         if self._rootfs_path is not None:
             return "bwrap"
         if self.backend in ("auto", "docker"):
-            self._client = docker_client()
+            from benchmarks import docker_images  # it builds on this module's rootfs
+
+            self._client = docker_images.require_docker() if self.backend == "docker" else docker_images.docker_client()
             if self._client is not None:
-                ensure_docker_image(self._client, self.image)
+                own = self.image == DOCKER_IMAGE
+                self._image_tag = docker_images.ensure_image(self._client, "llb-os") if own else self.image
                 return "docker"
-            if self.backend == "docker":
-                raise MemrlError("no Docker daemon answers; start Docker or use --option backend=bwrap")
         check_bwrap_tools()
         self._rootfs_path = ensure_rootfs(self.rootfs)
         return "bwrap"
@@ -551,6 +609,6 @@ class SandboxFactory:
     def create(self) -> Sandbox:
         """A fresh sandbox for one sample."""
         if self.resolve() == "docker":
-            return DockerSandbox(self._client, self.image, self.timeout)
+            return DockerSandbox(self._client, self._image_tag, self.timeout, **asdict(self.limits))
         assert self._rootfs_path is not None
         return BwrapSandbox(self._rootfs_path, self.timeout, self.limits)

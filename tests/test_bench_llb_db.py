@@ -3,6 +3,7 @@
 The agent is a scripted Chat Completions server on 127.0.0.1 that replays each sample's
 ground-truth SQL and then copies the result into its final answer. MariaDB (`apt-get install
 mariadb-server`) must be installed; outside CI the server tests skip when it is not.
+The Docker server is tested in tests/test_bench_llb_docker.py.
 """
 
 from __future__ import annotations
@@ -338,19 +339,6 @@ def test_mysql_url_is_used_as_given(adapter: LLBDatabase) -> None:
         assert given.run_episode(read, [], _client(server)).status == "CORRECT"
     given.close()
     assert mysql_server.is_reachable(adapter.address())  # closing a URL adapter stops nothing
-
-
-@pytest.mark.skipif(mysql_server.docker_client() is None, reason="no Docker daemon answers")
-def test_docker_server_runs_an_episode() -> None:
-    if not (DATA / "db_val.json").is_file():
-        pytest.skip(bench_data.missing("llb", DATA))
-    bench = LLBDatabase(data=str(DATA), server="docker")
-    try:
-        read = _sample_tasks(bench, "direct", 1)[0]
-        with ScriptedChatServer(_ground_truth_agent([read])) as server:
-            assert bench.run_episode(read, [], _client(server)).status == "CORRECT"
-    finally:
-        bench.close()
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ The agent is a scripted Chat Completions server on 127.0.0.1. Sandbox tests (mar
 the bwrap backend: a Debian rootfs built once with debootstrap (~1-1.5 min, shared by the whole
 session through `rootfs`) and a fresh overlay per sample. They need root, `bubblewrap` and
 `debootstrap` (apt-get install bubblewrap debootstrap); outside CI they skip without them.
-A Docker test runs only when a Docker daemon answers.
+The Docker backend is tested in tests/test_bench_llb_docker.py.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from benchmarks.llb_os import (
     LLBOperatingSystem,
     parse_action,
 )
-from benchmarks.os_sandbox import BwrapSandbox, CommandResult, SandboxFactory, docker_client, ensure_rootfs
+from benchmarks.os_sandbox import BwrapSandbox, CommandResult, SandboxFactory, ensure_rootfs
 from benchmarks.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
@@ -288,15 +288,3 @@ def test_hostile_agent_cannot_reach_network_or_host_files(adapter: LLBOperatingS
     assert "no-mount" in episode.trajectory and "no-mknod" in episode.trajectory
     assert fingerprint(rootfs) == before
     assert (rootfs / "usr/share/doc").is_dir() and "intruder" not in (rootfs / "etc/passwd").read_text()
-
-
-@needs_data
-@pytest.mark.slow
-def test_docker_backend_runs_a_ground_truth() -> None:
-    if docker_client() is None:
-        pytest.skip("no Docker daemon answers")
-    bench = LLBOperatingSystem(data=str(DATA), backend="docker", limit=1)
-    task = bench.tasks("train")[0]
-    with ScriptedChatServer(scripted({task.query: [bash(task.payload["ground_truth"]), finish()]})) as server:
-        episode = bench.run_episode(task, [], client_for(server))
-    assert (episode.success, episode.status) == (True, CORRECT)
