@@ -67,14 +67,10 @@ def utility(scenario: str, task: Task, memory_text: str) -> int:
     if not found or found.group(3) != "PASS":
         return 0
     source, kind = found.group(1), found.group(2)
-    if scenario in ("a", "d", "e"):
-        return 1 if kind == task.meta["kind"] else 0
-    if scenario == "b":
-        return 1 if kind == task.meta["kind"] else 0
-    twin_of = source.split("-")[0] == task.id.split("-")[0] and source != task.id
-    if kind == task.meta["kind"]:
+    if kind == task.meta["kind"]:  # kinds: one intent in a, d, e; an action in b; action and twin side in c
         return 1
-    return -1 if twin_of else 0
+    is_twin = scenario == "c" and source.split("-")[0] == task.id.split("-")[0]
+    return -1 if is_twin else 0
 
 
 class Synthetic:
