@@ -49,6 +49,8 @@ METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (Non
 METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
 METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
 UNREWARDED = {"memp", "reflexion"}  # memory methods that learn no utility
+METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5})  # improved Phase-B selectors (docs/learning.md)
+SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned"}  # method → Phase-B selector
 
 
 def _whole(value: Any) -> bool:
@@ -151,7 +153,7 @@ class BenchConfig:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
         return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
                               epsilon=self.epsilon, seed=seed, sim_mean=self.sim_mean, sim_std=self.sim_std,
-                              q_min=self.q_min)
+                              q_min=self.q_min, selector=SELECTORS.get(self.method, "memrl"))
 
     def initial_q(self, success: bool) -> float:
         """Q of a new memory from an episode with this outcome."""
@@ -203,7 +205,8 @@ def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str =
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
     if learn and not episode.env_error:
-        experience = _experience(_LLM, method, task, memories, episode)
+        experience = _experience(_LLM, method, task, memories, episode) if uses_llm(_ADAPTER) \
+            else f"TRAJECTORY:\n{episode.trajectory}"  # an LLM-free adapter's trajectory is its memory
     return Played(episode, experience, _LLM.take_usage())
 
 
@@ -215,6 +218,11 @@ def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[st
     if method == "reflexion" and episode.success:  # Reflexion reflects on failed trials only
         return None
     return distil(llm, task.query, episode.trajectory, episode.success)
+
+
+def uses_llm(adapter: Any) -> bool:
+    """False for an adapter declaring `uses_llm = False` (scripted testbeds): no LLM check, no distillation."""
+    return bool(getattr(adapter, "uses_llm", True))
 
 
 class _InProcess(Executor):
@@ -409,11 +417,13 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
                              f"its evaluation splits are {', '.join(adapter.eval_splits) or 'none'}")
         train = stratified_sample(adapter.tasks(adapter.train_split), config.limit, config.seed, "train")
         evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
+        needs_llm = uses_llm(adapter)
     finally:
         adapter.close()
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
-    ChatClient(settings).check()
+    if needs_llm:
+        ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
     bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
     try:

@@ -78,7 +78,7 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(section.get("options") or {}, dict):
         raise MemrlError(f"config {path}: `options:` must be a mapping of adapter options")
     if "method" in section and not isinstance(section["method"], str):
-        raise MemrlError(f"config {path}: `method:` must be a method name (comma-separated to compare)")
+        raise MemrlError(f"config {path}: `method:` must be method names (see `memrl bench --help`), comma-separated to compare")
     return section
 
 
