@@ -358,7 +358,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
             plans[name] = " ".join(r[0] for r in bank.conn.execute("EXPLAIN " + sql, args).fetchall())
         assert "memories_hnsw" in plans["hnsw"] and "memories_hnsw" not in plans["exact"], plans
 
-        for k1 in (10, 150):  # 150 > hnsw.ef_search: iterative scans still return k1 candidates
+        for k1 in (10, 250):  # 250 > hnsw.ef_search (200): iterative scans still return k1 candidates
             params = RetrieveParams(k1=k1, k2=3, threshold=-1.0)
             found = 0
             for query in queries:
