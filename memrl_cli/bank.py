@@ -517,13 +517,12 @@ class MemoryBank:
             self._begin_insert(vectors)
             rows = [self._memory_row(item, vector, stamp) for item, vector in zip(items, vectors)]
             for item, row, new_id in zip(items, rows, self.store.insert_memories(MEMORY_COLUMNS, rows)):
-                if new_id is not None:
-                    self._inserted.append((new_id, row[-1]))
                 if new_id is None:
                     existing = conn.execute("SELECT id FROM memories WHERE content_hash = ?",
                                             (content_hash(item.intent, item.experience),)).fetchone()
                     results.append(IngestResult(int(existing[0]), False))
                 else:
+                    self._inserted.append((new_id, row[-1]))
                     results.append(IngestResult(new_id, True))
             self._end_insert()
         return results
