@@ -27,7 +27,7 @@ import numpy as np
 
 from memrl_cli.embed import LOCAL_SPEC, Embedder, check_fingerprint, fingerprint, get_embedder, normalise
 from memrl_cli.errors import MemrlError
-from memrl_cli.learn import DEFAULT_ALPHA, check_reward, q_update
+from memrl_cli.learn import DEFAULT_ALPHA, check_reward
 from memrl_cli.retrieve import (SEARCH_WIDTH, Candidate, RetrieveParams, conditioned_utility, group_recall, phase_a,
                                 phase_b, shrunk_q_stats, similarity_stats)
 from memrl_cli.scan import MatrixIndex
@@ -41,6 +41,8 @@ IN_PROCESS = ("numpy", "bit")
 QUERY_CACHE_ROWS = 10_000  # embeddings of recent query texts kept in the bank (1.5 KB each at 384-d)
 RECALIBRATE_GROWTH = 0.1
 Progress = Callable[[int], None]
+MEMORY_COLUMNS = ("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits", "created_at",
+                  "updated_at", "last_used_at", "metadata", "content_hash", "embedding")
 
 
 def now() -> str:
@@ -159,7 +161,8 @@ class MemoryBank:
 
     Values read on every retrieve (meta, count, the in-process matrix) are cached and
     re-read only after a write: this connection's, or another's (SQLite's `PRAGMA
-    data_version`). A PostgreSQL bank reads them fresh every time.
+    data_version`; on PostgreSQL a change counter in meta that writers of meta and of new
+    memories bump), read once per call.
     """
 
     def __init__(self, path: str | os.PathLike[str], embedder: str | None = None, *, index: str = "auto",
@@ -183,6 +186,7 @@ class MemoryBank:
         self._writes = 0  # transactions this object ended: part of the cache version
         self._cache: dict[str, Any] = {}
         self._cache_version: tuple[int, ...] | None = None
+        self._pinned: tuple[int, ...] | None = None  # the change token read once for the current call
         self._scan = MatrixIndex(bits=index == "bit")
         self._scan_version: tuple[int, ...] | None = None
         self._index_mode = index
@@ -280,8 +284,22 @@ class MemoryBank:
     def _version(self) -> tuple[int, ...] | None:
         """Changes since the caches were filled (commits by other connections, writes by this one);
         None when the engine cannot tell."""
+        if self._pinned is not None:
+            return self._pinned
         version = self.store.version()
         return None if version is None else (*version, self._writes)
+
+    @contextmanager
+    def _one_version(self) -> Iterator[None]:
+        """Read the change token once for a whole call, however many cached values it uses."""
+        if self._pinned is not None or self._depth:
+            yield
+            return
+        self._pinned = self._version()
+        try:
+            yield
+        finally:
+            self._pinned = None
 
     def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()`, cached until the bank changes (always fresh inside a write transaction)."""
@@ -422,6 +440,8 @@ class MemoryBank:
         """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first."""
         mode = self._index_mode
         if mode not in IN_PROCESS and (mode != "auto" or self._cached("index_ready", self.store.index_ready)):
+            if mode == "auto":  # the engine index the bank records (cached)
+                mode = self._cached("index_kind", lambda: self.store.index_info()["kind"])
             ids, sims = self.store.knn(vector, k1, mode)
             return phase_a(sims, ids, k1, threshold)
         if mode == "auto" and self.vec is not None and not self.vec.loaded and "numpy-scan" not in self.warnings \
@@ -449,7 +469,7 @@ class MemoryBank:
             raise MemrlError("--clear drops the fixed statistics; give it alone, or --mean and --std alone")
         with self.transaction():
             if clear:
-                self.conn.execute("DELETE FROM meta WHERE key = 'sim_stats_override'")
+                self.store.delete_meta("sim_stats_override")
             if mean is not None or std is not None:
                 if mean is None or std is None or not (math.isfinite(mean) and math.isfinite(std)) or std <= 0:
                     raise MemrlError("give both --mean and --std (std > 0) to fix the similarity statistics")
@@ -497,13 +517,14 @@ class MemoryBank:
         results: list[IngestResult] = []
         with self.transaction() as conn:
             self._begin_insert(vectors)
-            for item, vector in zip(items, vectors):
-                new_id = self._insert_memory(item, vector, stamp)
+            rows = [self._memory_row(item, vector, stamp) for item, vector in zip(items, vectors)]
+            for item, row, new_id in zip(items, rows, self.store.insert_memories(MEMORY_COLUMNS, rows)):
                 if new_id is None:
                     existing = conn.execute("SELECT id FROM memories WHERE content_hash = ?",
                                             (content_hash(item.intent, item.experience),)).fetchone()
                     results.append(IngestResult(int(existing[0]), False))
                 else:
+                    self._inserted.append((new_id, row[-1]))
                     results.append(IngestResult(new_id, True))
             self._end_insert()
         return results
@@ -521,19 +542,20 @@ class MemoryBank:
 
         `stored` carries an imported memory's state: q_init, visits and timestamps.
         """
-        stored = stored or {}
-        encoded = self.store.encode(vector)
-        new_id = self.store.insert(
-            "INSERT INTO memories (intent, experience, outcome, task_id, source, q, q_init, visits, created_at, "
-            "updated_at, last_used_at, metadata, content_hash, embedding) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (content_hash) DO NOTHING",
-            (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
-             stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
-             stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
-             content_hash(item.intent, item.experience), encoded))
+        row = self._memory_row(item, vector, stamp, stored)
+        new_id = self.store.insert_memories(MEMORY_COLUMNS, [row])[0]
         if new_id is not None:
-            self._inserted.append((new_id, encoded))
+            self._inserted.append((new_id, row[-1]))
         return new_id
+
+    def _memory_row(self, item: MemoryInput, vector: np.ndarray, stamp: str,
+                    stored: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        """A memory's values in `MEMORY_COLUMNS` order, its vector encoded for the store."""
+        stored = stored or {}
+        return (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
+                stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
+                stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
+                content_hash(item.intent, item.experience), self.store.encode(vector))
 
     def _end_insert(self) -> None:
         """Inside a write that added memories: index them in the engine; refresh calibration."""
@@ -569,6 +591,11 @@ class MemoryBank:
     def retrieve(self, query: str, params: RetrieveParams | None = None, *, vector: list[float] | None = None,
                  record: bool = True) -> Retrieval:
         """Both phases; with `record`, the receipt is stored and its id returned for `reward`."""
+        with self._one_version():
+            return self._retrieve(query, params, vector, record)
+
+    def _retrieve(self, query: str, params: RetrieveParams | None, vector: list[float] | None,
+                  record: bool) -> Retrieval:
         params = params or RetrieveParams()
         query = _text(query, "query", "")
         candidates: list[Candidate] = []
@@ -689,8 +716,15 @@ class MemoryBank:
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several rewards in one transaction (all or none); same fields as `reward`."""
         checked = [self._check_reward_request(r, i) for i, r in enumerate(requests)]
-        updates: list[dict[str, Any]] = []
         stamp = now()
+        memory_ids = [mid for c in checked for mid in (c[1] or ())]
+        if self.store.single_statement_writes and not self._depth and checked \
+                and all(c[0] is None for c in checked) and len(set(memory_ids)) == len(memory_ids):
+            # Given memories, each once: one statement that locks, updates and ledgers (one round trip)
+            entries = [(None, mid, r, a, f, source) for _, ids, r, a, f, source, _ in checked for mid in ids]
+            return [{"id": m, "q_before": b, "q_after": q} for m, b, q in self._single_statement(
+                lambda: self.store.apply_rewards(entries, stamp))]
+        updates: list[dict[str, Any]] = []
         with self.transaction() as conn:
             # Lock what this write reads and then changes, in id order (no deadlock between writers):
             # the receipts first (one reward per receipt), then the memories whose Q moves.
@@ -710,20 +744,21 @@ class MemoryBank:
                         "NULL ORDER BY selected_rank", (rid,))]
                 resolved.append((rid, ids, r, a, f, source))
             self._lock("memories", {mid for entry in resolved for mid in entry[1]})
-            for rid, ids, r, a, f, source in resolved:
-                for mid in ids:
-                    row = conn.execute("SELECT q FROM memories WHERE id = ?", (mid,)).fetchone()
-                    if row is None:
-                        raise MemrlError(f"unknown memory id {mid}")
-                    q_before = float(row[0])
-                    q_after = q_update(q_before, r, a, f)
-                    conn.execute("UPDATE memories SET q = ?, visits = visits + 1, updated_at = ? WHERE id = ?",
-                                 (q_after, stamp, mid))
-                    conn.execute("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
-                                 "q_after, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                                 (rid, mid, "reward", r, a, f, q_before, q_after, stamp, source))
-                    updates.append({"id": mid, "q_before": q_before, "q_after": q_after})
+            for rid, ids, r, a, f, source in resolved:  # one request at a time: a memory may recur across them
+                applied = self.store.apply_rewards([(rid, mid, r, a, f, source) for mid in ids], stamp)
+                updates += [{"id": m, "q_before": b, "q_after": q} for m, b, q in applied]
         return updates
+
+    def _single_statement(self, write: Callable[[], Any]) -> Any:
+        """A write that is one statement, its own transaction on the server (all or nothing)."""
+        if self.readonly:
+            raise MemrlError(f"{self.path} was opened read-only")
+        try:
+            return write()
+        except self.store.errors as exc:
+            raise self.store.error(exc) from None
+        finally:
+            self._writes += 1
 
     def _lock(self, table: str, ids: set[int]) -> None:
         """Inside a write: lock rows this transaction reads and then changes, in id order (a no-op on

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from memrl_cli.errors import MemrlError
+from memrl_cli.learn import q_update
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -52,6 +53,7 @@ class Store:
     location: str  # for messages: a file path, or a server URL without its password
     conn: Any  # DB-API connection-like: execute(sql, args) and executemany(sql, rows) with `?` placeholders
     lock = ""  # appended to a SELECT of rows the current write will change
+    single_statement_writes = False  # whether `apply_rewards` is atomic on its own, outside a transaction
     begin_read = "BEGIN"  # a read-only transaction on one state of the bank (SQLite: its WAL snapshot)
     indexes: tuple[str, ...]  # the `index=` choices this engine offers
     errors: tuple[type[BaseException], ...]  # driver exceptions that `error()` turns into MemrlError
@@ -122,10 +124,41 @@ class Store:
         self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
                           "value = excluded.value", (key, json.dumps(value)))
 
+    def delete_meta(self, key: str) -> None:
+        """Remove a meta value (inside the caller's transaction)."""
+        self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def insert(self, sql: str, args: tuple[Any, ...]) -> int | None:
         """Run an INSERT and return the new row's id (None when ON CONFLICT DO NOTHING skipped it)."""
         row = self.conn.execute(sql + " RETURNING id", args).fetchone()
         return None if row is None else int(row[0])
+
+    def insert_memories(self, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[int | None]:
+        """Inside a write: insert memories (values in `columns` order, `content_hash` among them); the
+        new ids in input order, None where the content is already stored (earlier, or earlier in `rows`)."""
+        sql = (f"INSERT INTO memories ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
+               "ON CONFLICT (content_hash) DO NOTHING")
+        return [self.insert(sql, row) for row in rows]
+
+    def apply_rewards(self, entries: list[tuple[Any, ...]], stamp: str) -> list[tuple[int, float, float]]:
+        """Inside a write (or alone where `single_statement_writes`): apply the Q rule once to each
+        (retrieval_id, memory_id, reward, alpha, floor, source), memory ids distinct, and append the
+        ledger rows in that order; [(memory_id, q_before, q_after)]. An unknown memory id changes
+        nothing and raises."""
+        applied = []
+        for rid, mid, r, a, f, source in entries:
+            row = self.conn.execute("SELECT q FROM memories WHERE id = ?", (mid,)).fetchone()
+            if row is None:
+                raise MemrlError(f"unknown memory id {mid}")
+            q_before = float(row[0])
+            q_after = q_update(q_before, r, a, f)
+            self.conn.execute("UPDATE memories SET q = ?, visits = visits + 1, updated_at = ? WHERE id = ?",
+                              (q_after, stamp, mid))
+            self.conn.execute("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
+                              "q_after, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                              (rid, mid, "reward", r, a, f, q_before, q_after, stamp, source))
+            applied.append((mid, q_before, q_after))
+        return applied
 
     def trim_query_cache(self, keep: int) -> None:
         """Inside a write: keep only the `keep` most recently added query embeddings."""

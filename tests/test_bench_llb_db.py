@@ -384,7 +384,7 @@ def test_concurrent_episodes_cannot_reach_each_other(adapter: LLBDatabase) -> No
         refused = {sql: mine.execute(sql) for sql in (
             f"SELECT * FROM {table}", f"DELETE FROM {table}", f"DROP DATABASE `{theirs.name}`",
             f"CREATE TABLE `{theirs.name}`.`x` (a INT)", "SELECT user FROM mysql.user",
-            f"GRANT ALL ON *.* TO '{mine.agent_user}'@'%'", f"CREATE USER 'intruder'@'%'",
+            f"GRANT ALL ON *.* TO '{mine.agent_user}'@'%'", "CREATE USER 'intruder'@'%'",
             "SELECT 1 INTO OUTFILE '/tmp/memrl-llb-db-outfile'", "SET GLOBAL max_connections = 1", "SHUTDOWN",
         )}
         assert all(result.startswith(("1044", "1045", "1142", "1227", "1396", "1410")) for result in refused.values()), refused

@@ -358,7 +358,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
             plans[name] = " ".join(r[0] for r in bank.conn.execute("EXPLAIN " + sql, args).fetchall())
         assert "memories_hnsw" in plans["hnsw"] and "memories_hnsw" not in plans["exact"], plans
 
-        for k1 in (10, 150):  # 150 > hnsw.ef_search: iterative scans still return k1 candidates
+        for k1 in (10, 250):  # 250 > hnsw.ef_search (200): iterative scans still return k1 candidates
             params = RetrieveParams(k1=k1, k2=3, threshold=-1.0, recall="memories")  # index recall, per memory
             found = 0
             for query in queries:
@@ -479,3 +479,73 @@ def test_vectors_are_kept_in_the_row(pg_dsn: str) -> None:
         storage, typmod = bank.conn.execute("SELECT attstorage, atttypmod FROM pg_attribute WHERE attrelid = "
                                             "'memories'::regclass AND attname = 'embedding'").fetchone()
         assert (storage, typmod) == ("m", DIM)
+
+
+def test_bulk_ingest_gives_the_sqlite_ids_and_duplicates(pg_dsn: str, tmp_path: Path) -> None:
+    """COPY-based ingest: ids ascend in input order; repeats inside the batch and of stored memories
+    are reported as on SQLite; a later batch in the same transaction starts from an empty staging table.
+    (PostgreSQL's identity skips the numbers of refused duplicates, so ids are compared by rank.)"""
+    rng = np.random.default_rng(1)
+    first = [{"intent": f"i{k}", "experience": "e", "vector": rng.normal(size=DIM).tolist()} for k in range(5)]
+    second = [first[3], *[{"intent": f"j{k}", "experience": "e", "vector": rng.normal(size=DIM).tolist()}
+                          for k in range(3)], first[0], {**first[1], "experience": "other"}]
+    second.insert(2, second[1])  # a repeat inside the batch
+    outcomes = []
+    for location in (pg_dsn, str(tmp_path / "b.db")):
+        with MemoryBank(location, EMBEDDER) as bank:
+            with bank.transaction():
+                one = bank.ingest_many(first)
+                two = bank.ingest_many(second)
+            stored = bank.conn.execute("SELECT id, intent, experience FROM memories ORDER BY id").fetchall()
+            rank = {row[0]: n for n, row in enumerate(stored)}
+            outcomes.append(([(rank[r.id], r.created) for r in one + two], [tuple(row[1:]) for row in stored]))
+    assert outcomes[0] == outcomes[1]
+    assert [c for _, c in outcomes[0][0][5:]] == [False, True, False, True, True, False, True]
+
+
+def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path) -> None:
+    """Floor and alpha as on SQLite, to the last bit; an unknown id in a request changes nothing."""
+    requests = [{"reward": 1.0, "memory_ids": [2, 1], "alpha": 0.3},
+                {"reward": -1.0, "memory_ids": [3], "alpha": 0.7, "floor": -0.25},
+                {"reward": -1.0, "memory_ids": [1, 3], "alpha": 1.0, "floor": 0.1},
+                {"reward": 0.37, "memory_ids": [2], "alpha": 0.05, "source": "s"}]
+    results = []
+    for location in (pg_dsn, str(tmp_path / "b.db")):
+        with MemoryBank(location, EMBEDDER) as bank:
+            bank.ingest_many([{"intent": f"m{k}", "experience": "e", "q": 0.1 * k,
+                               "vector": np.eye(DIM)[k].tolist()} for k in range(3)])
+            applied = [bank.reward_many([r]) for r in requests] + [bank.reward_many(requests[:2])]
+            with pytest.raises(MemrlError, match="unknown memory id 99"):
+                bank.reward(1.0, memory_ids=[1, 99])
+            ledger = bank.conn.execute("SELECT memory_id, reward, alpha, q_floor, q_before, q_after, source "
+                                       "FROM rewards ORDER BY id").fetchall()
+            results.append((applied, [tuple(row) for row in ledger]))
+            assert verify(bank)["ok"]
+    assert results[0] == results[1]
+
+
+def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str) -> None:
+    """A retrieve reads the change counter once, not every meta value; a change made through another
+    bank object (another process's connection) is seen on the next call."""
+    vectors = normalise(np.random.default_rng(2).normal(size=(20, DIM)).astype(np.float32))
+    with MemoryBank(pg_dsn, EMBEDDER) as writer, MemoryBank(pg_dsn, EMBEDDER) as reader:
+        writer.ingest_many([{"intent": f"m{k}", "experience": "e", "vector": v.tolist()}
+                            for k, v in enumerate(vectors[:10])])
+        reader.retrieve("q", vector=vectors[0].tolist(), record=False)
+        statements: list[str] = []
+        execute = reader.conn.execute
+        reader.conn.execute = lambda sql, args=(): statements.append(sql) or execute(sql, args)  # type: ignore[method-assign]
+        reader.retrieve("q", vector=vectors[0].tolist(), record=False)
+        assert [s for s in statements if "FROM meta" in s] == [statements[0]]  # the counter, once
+        assert len(statements) == 3  # counter, KNN, the candidates' rows
+        writer.calibrate(mean=0.5, std=0.25)
+        assert reader.similarity_stats() == (0.5, 0.25)
+        assert reader.count() == 10
+        writer.ingest_many([{"intent": f"n{k}", "experience": "e", "vector": v.tolist()}
+                            for k, v in enumerate(vectors[10:])])
+        assert reader.count() == 20
+        writer.set_index("hnsw")
+        assert reader.retrieve("q", vector=vectors[0].tolist(), record=False).memories
+        assert reader._cache["index_kind"] == "hnsw"
+        writer.calibrate(clear=True)
+        assert reader.similarity_stats() != (0.5, 0.25)

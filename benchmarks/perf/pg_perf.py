@@ -15,6 +15,8 @@ reported too). Then:
   SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed
   interleaved query by query so that load from other jobs hits all alike; plus the engines' bare
   KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL.
+- **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
+  (the bank's default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
 
 The server is a throwaway `benchmarks.pg_server.LocalPostgres`, or the server at `--pg-url` /
 `MEMRL_PERF_PG_URL`: an admin `postgresql://` URL whose role may create databases (the run
@@ -47,6 +49,7 @@ from memrl_cli.retrieve import RetrieveParams
 MODES = ("hot", "random")
 ENGINES = ("postgresql", "sqlite")
 RETRIEVERS = ("pg_exact", "pg_hnsw", "sqlite_numpy", "sqlite_vec")
+EF_SEARCH = (100, 200, 400, 800, 1000)  # hnsw.ef_search values swept for recall@k1 against latency
 
 
 @contextlib.contextmanager
@@ -158,6 +161,26 @@ def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrievePara
             bank.close()
 
 
+def hnsw_sweep(pg: str, queries: np.ndarray, params: RetrieveParams, efs: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Recall@k1 (against the exact search) and retrieve latency of the HNSW index at each `hnsw.ef_search`."""
+    with MemoryBank(pg, index="exact") as exact_bank, MemoryBank(pg, index="hnsw") as bank:
+        exact = [{c.memory_id for c in exact_bank.retrieve("perf query", params, vector=q.tolist(), record=False)
+                  .candidates} for q in queries]
+        out = []
+        for ef in efs:
+            bank.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            bank.retrieve("warm-up", params, vector=queries[0].tolist(), record=False)
+            samples, found = [], 0
+            for q, want in zip(queries, exact):
+                start = time.perf_counter()
+                hit = bank.retrieve("perf query", params, vector=q.tolist(), record=False)
+                samples.append(time.perf_counter() - start)
+                found += len({c.memory_id for c in hit.candidates} & want)
+            out.append({"ef_search": ef, **percentiles(samples),
+                        "recall_at_k1": found / max(sum(map(len, exact)), 1)})
+        return out
+
+
 def table_sizes(pg: str) -> dict[str, int]:
     """Bytes of the PostgreSQL bank's memories table (heap, with TOAST) and of its HNSW index."""
     with MemoryBank(pg) as bank:
@@ -206,7 +229,10 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
             bank.set_index("vec")
             results["vec_build_s"] = time.perf_counter() - start
         progress(f"retrieving from {memories} memories on both engines")
-        results["retrieve"] = knn_latency(pg, sqlite, near_queries(rng, vectors, queries), params)
+        tested = near_queries(rng, vectors, queries)
+        results["retrieve"] = knn_latency(pg, sqlite, tested, params)
+        progress("PostgreSQL: HNSW recall and latency by ef_search")
+        results["hnsw_ef_search"] = hnsw_sweep(pg, tested, params, EF_SEARCH)
     return results
 
 
