@@ -468,6 +468,21 @@ def bench(
         emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
 
 
+@app.command()
+def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/, with config.json)."),
+           as_json: bool = JSON) -> None:
+    """Where learning stalls: per epoch, how often a memory that proved useful existed, was recalled, was selected."""
+    with command(as_json):
+        from memrl_cli.report import learning_report
+
+        emit(learning_report(run_dir), as_json, _render_report)
+
+
+def _render_report(d: dict[str, Any]) -> None:
+    table(d["epochs"], ["epoch", "episodes", "successes", "accuracy", "receipts", "existed", "recalled", "selected"],
+          f"{d['run_id']} ({d['method']}): {d['useful_pairs']} (task, memory) pairs proved useful")
+
+
 def main() -> None:
     """Console-script entry point: usage errors become one line (or a JSON error) too."""
     try:
