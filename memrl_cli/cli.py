@@ -479,8 +479,9 @@ def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/
 
 
 def _render_report(d: dict[str, Any]) -> None:
-    table(d["epochs"], ["epoch", "episodes", "successes", "accuracy", "receipts", "existed", "recalled", "selected"],
-          f"{d['run_id']} ({d['method']}): {d['useful_pairs']} (task, memory) pairs proved useful")
+    print(f"run {d['run_id']} ({d['benchmark']}, {d['method']}): {d['useful_pairs']} (task, memory) pairs proved useful")
+    table(d["epochs"], ["epoch", "episodes", "accuracy", "receipts", "existed", "recalled", "selected"],
+          "training episodes in which a memory that proved useful for the task...")
 
 
 def main() -> None:
