@@ -44,6 +44,8 @@ from memrl_cli.llm import ChatClient, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
+METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5})  # improved Phase-B selectors (docs/learning.md)
+SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned"}  # method → Phase-B selector
 
 
 def _whole(value: Any) -> bool:
@@ -78,7 +80,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise MemrlError(f"unknown method {self.method!r}; choose memrl, rag or none")
+            raise MemrlError(f"unknown method {self.method!r}; choose {', '.join(METHODS)}")
         if self.lam is None:
             self.lam = METHODS[self.method]
         elif self.method == "rag" and self.lam != 0:
@@ -114,7 +116,7 @@ class BenchConfig:
     def retrieve_params(self, seed: int) -> RetrieveParams:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
         return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
-                              epsilon=self.epsilon, seed=seed)
+                              epsilon=self.epsilon, seed=seed, selector=SELECTORS.get(self.method, "memrl"))
 
 
 @dataclass

@@ -56,7 +56,7 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(section.get("options") or {}, dict):
         raise MemrlError(f"config {path}: `options:` must be a mapping of adapter options")
     if "method" in section and not isinstance(section["method"], str):
-        raise MemrlError(f"config {path}: `method:` must be memrl, rag or none (comma-separated to compare)")
+        raise MemrlError(f"config {path}: `method:` must be method names (memrl, rag, none, memrl-cal, memrl-ucb, memrl-ctx), comma-separated to compare")
     return section
 
 

@@ -28,7 +28,8 @@ import numpy as np
 from memrl_cli.embed import LOCAL_SPEC, Embedder, check_fingerprint, fingerprint, get_embedder, normalise
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import DEFAULT_ALPHA, check_reward, q_update
-from memrl_cli.retrieve import Candidate, RetrieveParams, phase_a, phase_b, similarity_stats
+from memrl_cli.retrieve import (SEARCH_WIDTH, Candidate, RetrieveParams, conditioned_utility, group_recall, phase_a,
+                                phase_b, shrunk_q_stats, similarity_stats)
 from memrl_cli.scan import MatrixIndex
 from memrl_cli.store import Store, is_server_url, open_store
 
@@ -580,25 +581,60 @@ class MemoryBank:
                 cache = (key, query_vec) if key else None
             else:
                 query_vec = self.query_vector(query, vector)
-            ids, sims = self.search(query_vec, params.k1, params.threshold)
-            if len(ids):  # Q and text of every candidate in one read: the selected ones are among them
-                id_list = ids.tolist()
-                rows = {r[0]: r for r in self.conn.execute(
-                    f"SELECT id, q, intent, experience, outcome FROM memories WHERE id IN ({','.join('?' * len(id_list))})",
-                    id_list)}
-                candidates = [Candidate(i, s, float(rows[i][1])) for i, s in zip(id_list, sims.tolist())]
-                explored = phase_b(candidates, params, sim_stats, random.Random(params.seed))
+            id_list, sim_list = self.recall(query_vec, params)
+            if id_list:  # Q and text of every candidate in one read: the selected ones are among them
+                rows = {r[0]: r for r in self._by_ids("id, q, intent, experience, outcome, visits", "memories", id_list)}
+                candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
+                              for i, s in zip(id_list, sim_list)]
+                if params.selector == "conditioned":
+                    self._condition(candidates, query_vec)
+                q_stats = self.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
+                explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)
         selected = sorted((c for c in candidates if c.selected_rank is not None), key=lambda c: c.selected_rank or 0)
         memories = [{"id": c.memory_id, "intent": rows[c.memory_id][2], "experience": rows[c.memory_id][3],
                      "outcome": rows[c.memory_id][4], "similarity": c.similarity, "q": c.q, "score": c.score}
                     for c in selected]
-        retrieval_id = self._write_receipt(query, params, sim_stats, candidates, selected, explored, cache) \
-            if record else None
+        retrieval_id = self._write_receipt(query, params, sim_stats, candidates, selected, explored, cache,
+                                           query_vec if candidates else None) if record else None
         return Retrieval(retrieval_id, query, memories, candidates, explored, params)
+
+    def recall(self, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
+        """Phase A: (ids, similarities) of the candidates, best first (grouped unless `recall="memories"`)."""
+        if params.recall == "memories":
+            ids, sims = self.search(vector, params.k1, params.threshold)
+            return ids.tolist(), sims.tolist()
+        ids, sims = self.search(vector, min(4096, max(params.k1, params.pool) * SEARCH_WIDTH), params.threshold)
+        if not len(ids):
+            return [], []
+        rows = self._by_ids("id, embedding", "memories", ids.tolist())
+        found = dict(zip((r[0] for r in rows), self.store.decode([r[1] for r in rows])))
+        vectors = np.stack([found[i] for i in ids.tolist()]).astype(np.float32)
+        return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
+
+    def q_stats(self) -> tuple[float, float]:
+        """Bank-level (mean, std) of Q, shrunk to a prior: the `calibrated` and `ucb` selectors' z(Q)."""
+        def read() -> tuple[float, float]:
+            n, mean, square = self.conn.execute("SELECT COUNT(*), AVG(q), AVG(q * q) FROM memories").fetchone()
+            return shrunk_q_stats(int(n or 0), float(mean or 0.0), float(square or 0.0))
+        return self._cached("q_stats", read)
+
+    def _condition(self, candidates: list[Candidate], query_vec: np.ndarray) -> None:
+        """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger)."""
+        past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
+        ids = sorted(past)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for mid, reward, blob in self.conn.execute(
+                    "SELECT w.memory_id, w.reward, r.query_vector FROM rewards w JOIN retrievals r ON r.id = w.retrieval_id "
+                    f"WHERE w.kind = 'reward' AND r.query_vector IS NOT NULL AND w.memory_id IN ({','.join('?' * len(chunk))})",
+                    chunk):
+                past[mid].append((float(np.frombuffer(bytes(blob), dtype=np.float32) @ query_vec), float(reward)))
+        for c in candidates:
+            c.utility = conditioned_utility(c.q, past[c.memory_id]) if past[c.memory_id] else None
 
     def _write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
                        candidates: list[Candidate], selected: list[Candidate], explored: bool,
-                       cache: tuple[str, np.ndarray] | None = None) -> int:
+                       cache: tuple[str, np.ndarray] | None = None, query_vec: np.ndarray | None = None) -> int:
         stamp = now()
         with self.transaction() as conn:
             # The candidates' foreign keys lock their memories (and the selected ones' last_used_at
@@ -609,9 +645,10 @@ class MemoryBank:
                              "DO UPDATE SET created_at = excluded.created_at",
                              (cache[0], cache[1].astype(np.float32).tobytes(), stamp))
                 self.store.trim_query_cache(QUERY_CACHE_ROWS)
-            rid = self.store.insert("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at) "
-                                    "VALUES (?,?,?,?,?,?)", (query, json.dumps(params.to_dict()), sim_stats[0],
-                                                             sim_stats[1], int(explored), stamp))
+            rid = self.store.insert("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at, "
+                                    "query_vector) VALUES (?,?,?,?,?,?,?)",
+                                    (query, json.dumps(params.to_dict()), sim_stats[0], sim_stats[1], int(explored),
+                                     stamp, None if query_vec is None else query_vec.astype(np.float32).tobytes()))
             assert rid is not None
             conn.executemany("INSERT INTO retrieval_candidates (retrieval_id, memory_id, recall_rank, similarity, q, "
                              "z_sim, z_q, score, selected_rank) VALUES (?,?,?,?,?,?,?,?,?)",

@@ -188,7 +188,7 @@ def ingest(
 @app.command()
 def retrieve(
     query: str = typer.Argument(..., help="The task to find memories for."),
-    k1: int = typer.Option(5, help="Phase A: how many memories to recall by similarity."),
+    k1: int = typer.Option(5, help="Phase A: how many intent groups (or memories, --recall memories) to recall."),
     k2: int = typer.Option(3, help="Phase B: how many to select by (1-λ)·z(sim) + λ·z(Q)."),
     lam: float = typer.Option(0.5, "--lambda", help="Weight of Q against similarity (0 = plain RAG)."),
     threshold: float = typer.Option(0.5, help="Minimum cosine similarity for Phase A, in [-1, 1]."),
@@ -196,6 +196,10 @@ def retrieve(
     seed: Optional[int] = typer.Option(None, help="Seed for ε-greedy."),
     sim_mean: Optional[float] = typer.Option(None, help="Override the bank's similarity mean for z(sim)."),
     sim_std: Optional[float] = typer.Option(None, help="Override the bank's similarity std for z(sim)."),
+    recall: str = typer.Option("groups", help="Phase A: k1 counts intent groups (groups) or memories (memories)."),
+    group_threshold: float = typer.Option(0.9, help="Cosine at or above which two intents form one group."),
+    pool: int = typer.Option(64, help="Most memories grouped recall passes to Phase B (the newest kept)."),
+    selector: str = typer.Option("memrl", help="Phase B utility: memrl (paper), calibrated, ucb, conditioned."),
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
     db: Optional[str] = DB, as_json: bool = JSON,
@@ -205,7 +209,8 @@ def retrieve(
         from memrl_cli.retrieve import RetrieveParams
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
-                                sim_mean=sim_mean, sim_std=sim_std)
+                                sim_mean=sim_mean, sim_std=sim_std, recall=recall, group_threshold=group_threshold,
+                                pool=pool, selector=selector)
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
@@ -420,7 +425,7 @@ def doctor(
 @app.command()
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
-    method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none; comma-separate to compare."),
+    method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none, memrl-cal, memrl-ucb, memrl-ctx; comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),
     limit: Optional[int] = typer.Option(None, help="Use only the first N training tasks."),

@@ -1,7 +1,11 @@
 """Two-phase retrieval, as in MemRL (arXiv 2601.03192).
 
-Phase A (similarity recall): the k1 memories whose intent embeddings have the highest
-cosine similarity to the query, keeping only those at or above a threshold.
+Phase A (similarity recall): memories whose intents are the same (cosine ≥ `group_threshold`,
+0.9 as in the authors' code; identical vectors always) form one group; the k1 groups most
+similar to the query are recalled, and every memory of a recalled group enters Phase B with its own
+similarity (best first, newest first among ties), the pool capped at its `pool` newest. With
+`recall="memories"`, k1 counts memories instead (ties broken by ascending id). Only
+memories at or above `threshold` are recalled.
 Phase B (value-aware selection): score each candidate by
 
     score = (1 − λ)·z(sim) + λ·z(Q)
@@ -14,6 +18,15 @@ z(sim) standardises similarity with the *bank's own* similarity statistics (mean
 cosine between stored intents, kept in the bank's meta and refreshed as it grows; see
 `calibration`), or with an explicit override. The authors hard-coded per-benchmark
 constants here, which is why users could not reproduce their numbers.
+
+`selector` chooses the Phase-B utility term (`memrl` is the paper's rule above; see
+`SELECTORS` and docs/method.md for the others):
+
+* `calibrated`: z(Q) with the bank's own Q statistics, shrunk to a prior (symmetric with z(sim));
+* `ucb`: `calibrated` plus an optimism bonus UCB_BONUS/√(1 + visits) for little-tried memories;
+* `conditioned`: the utility of a memory *for this query*: rewards of its past retrievals weighted
+  by how similar their query was to this one (kernel exp(−(1 − cos)/CONDITION_TAU)), shrunk to the
+  memory's Q with CONDITION_PRIOR pseudo-observations, divided by Q_PRIOR_STD.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -31,6 +44,14 @@ import numpy as np
 from memrl_cli.errors import MemrlError
 
 Z_CLIP = 3.0
+RECALLS = ("groups", "memories")
+SELECTORS = ("memrl", "calibrated", "ucb", "conditioned")
+SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
+Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
+Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
+UCB_BONUS = 1.0  # optimism, in z units, for a never-rewarded memory
+CONDITION_TAU = 0.02  # query-similarity kernel width of `conditioned`
+CONDITION_PRIOR = 1.0  # pseudo-observations of the memory's own Q behind `conditioned`
 
 
 @dataclass(frozen=True)
@@ -45,14 +66,25 @@ class RetrieveParams:
     seed: int | None = None
     sim_mean: float | None = None
     sim_std: float | None = None
+    recall: str = "groups"
+    group_threshold: float = 0.9
+    pool: int = 64
+    selector: str = "memrl"
 
     def __post_init__(self) -> None:
+        if self.recall not in RECALLS:
+            raise MemrlError(f"recall must be one of {', '.join(RECALLS)}, got {self.recall!r}")
+        if self.selector not in SELECTORS:
+            raise MemrlError(f"selector must be one of {', '.join(SELECTORS)}, got {self.selector!r}")
+        if not (isinstance(self.pool, int) and not isinstance(self.pool, bool) and 1 <= self.pool <= 1024):
+            raise MemrlError(f"pool must be an integer in [1, 1024], got {self.pool!r}")
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
             raise MemrlError(f"k1 and k2 must be positive integers, got k1={self.k1}, k2={self.k2}")
         if self.k1 > 4096:
             raise MemrlError(f"k1 is at most 4096 (sqlite-vec's KNN limit), got {self.k1}")
         for name, value, low, high in (("lambda", self.lam, 0, 1), ("threshold", self.threshold, -1, 1),
-                                       ("epsilon", self.epsilon, 0, 1)):
+                                       ("epsilon", self.epsilon, 0, 1),
+                                       ("group threshold", self.group_threshold, -1, 1)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
                 raise MemrlError(f"{name} must be a number in [{low}, {high}], got {value!r}")
         if (self.sim_mean is None) != (self.sim_std is None):
@@ -77,6 +109,8 @@ class Candidate:
     z_q: float = 0.0
     score: float = 0.0
     selected_rank: int | None = None
+    visits: int = 0
+    utility: float | None = None  # `conditioned`: the query-conditioned utility
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,16 +140,72 @@ def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float
     return ids[order], sims[order]
 
 
+def group_recall(ids: np.ndarray, sims: np.ndarray, vectors: np.ndarray, k1: int, group_threshold: float,
+                 pool: int) -> tuple[list[int], list[float]]:
+    """Grouped Phase A over searched candidates (best first): (ids, group similarities) of the pool.
+
+    Candidates join the first group whose best member has cosine ≥ `group_threshold` with them
+    (identical vectors always do); the first k1 groups are recalled, each member with its own
+    similarity; the pool keeps its `pool` newest members (highest ids), best first.
+    """
+    order = np.lexsort((-ids, -sims))  # best first, newest first among ties
+    ids, sims, vectors = ids[order], sims[order], vectors[order]
+    leaders: list[int] = []  # row of each group's best member
+    members: list[tuple[int, int]] = []  # (group, row)
+    for row in range(len(ids)):
+        if leaders:
+            cos = vectors[leaders] @ vectors[row]
+            hit = np.flatnonzero((cos >= group_threshold) | np.all(vectors[leaders] == vectors[row], axis=1))
+            if len(hit):
+                members.append((int(hit[0]), row))
+                continue
+        if len(leaders) < k1:
+            leaders.append(row)
+            members.append((len(leaders) - 1, row))
+    kept = sorted((row for _, row in members), key=lambda row: -int(ids[row]))[:pool]
+    kept.sort()  # rows are already best first, newest first among ties
+    return [int(ids[row]) for row in kept], [float(sims[row]) for row in kept]
+
+
+def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tuple[float, float]) -> np.ndarray:
+    """The Phase-B utility term of `params.selector`, in z units, clipped to ±Z_CLIP."""
+    qs = np.array([c.q for c in candidates], dtype=np.float64)
+    if params.selector == "memrl":
+        return zscores(qs, clip=Z_CLIP)
+    if params.selector == "conditioned":
+        utility = np.array([c.q if c.utility is None else c.utility for c in candidates], dtype=np.float64)
+        return zscores(utility, 0.0, Q_PRIOR_STD, clip=Z_CLIP)
+    z = zscores(qs, q_stats[0], q_stats[1])
+    if params.selector == "ucb":
+        z = z + UCB_BONUS / np.sqrt(1.0 + np.array([c.visits for c in candidates], dtype=np.float64))
+    return np.clip(z, -Z_CLIP, Z_CLIP)
+
+
+def shrunk_q_stats(count: int, mean: float, mean_square: float, q_init: float = 0.0) -> tuple[float, float]:
+    """Bank-level (mean, std) of Q shrunk towards (q_init, Q_PRIOR_STD) with Q_PRIOR_COUNT pseudo-memories."""
+    n = float(count)
+    shrunk_mean = (n * mean + Q_PRIOR_COUNT * q_init) / (n + Q_PRIOR_COUNT)
+    variance = max(mean_square - mean * mean, 0.0)
+    shrunk_var = (n * variance + Q_PRIOR_COUNT * Q_PRIOR_STD ** 2) / (n + Q_PRIOR_COUNT)
+    return shrunk_mean, math.sqrt(shrunk_var)
+
+
+def conditioned_utility(q: float, rewards: list[tuple[float, float]]) -> float:
+    """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals."""
+    weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
+    total = sum(w * r for w, (_, r) in zip(weights, rewards))
+    return (total + CONDITION_PRIOR * q) / (sum(weights) + CONDITION_PRIOR)
+
+
 def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tuple[float, float],
-            rng: random.Random) -> bool:
+            rng: random.Random, q_stats: tuple[float, float] = (0.0, Q_PRIOR_STD)) -> bool:
     """Score `candidates` in place and mark the k2 selected; return True if ε-exploration fired."""
     if not candidates:
         return False
     sims = np.array([c.similarity for c in candidates], dtype=np.float64)
-    qs = np.array([c.q for c in candidates], dtype=np.float64)
     mean, std = (params.sim_mean, params.sim_std) if params.sim_mean is not None else sim_stats
     z_sim = zscores(sims, mean, std)
-    z_q = zscores(qs, clip=Z_CLIP)
+    z_q = utility_z(candidates, params, q_stats)
     scores = (1 - params.lam) * z_sim + params.lam * z_q
     for c, zs, zq, s in zip(candidates, z_sim, z_q, scores):
         c.z_sim, c.z_q, c.score = float(zs), float(zq), float(s)

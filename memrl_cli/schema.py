@@ -149,7 +149,12 @@ def m003_query_cache(conn: Any) -> None:
     """)
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_runs, m003_query_cache]
+def m004_receipt_query_vector(conn: Any) -> None:
+    """The query's vector on each receipt, for utilities conditioned on the query (`conditioned` selector)."""
+    _run(conn, "ALTER TABLE retrievals ADD COLUMN query_vector BLOB")
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_runs, m003_query_cache, m004_receipt_query_vector]
 LATEST = len(MIGRATIONS)
 
 TABLES = {"memories", "retrievals", "retrieval_candidates", "rewards", "meta", "runs", "episodes",
