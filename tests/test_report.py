@@ -36,8 +36,8 @@ def run(server: ScriptedChatServer, tmp_path: Path, k1: int, epochs: int, seeded
     bank_path = tmp_path / "bank.db"
     if seeded:
         with MemoryBank(bank_path) as bank:
-            bank.ingest("Tell me the passcode for room 1.", f"Remember: the passcode of room 1 is {code(1)}.",
-                        "success")
+            bank.ingest("Which code opens the door of room 1?", f"Remember: the passcode of room 1 is {code(1)}.",
+                        "success")  # similar to the task (cosine 0.72), but not the same intent (< 0.9)
     config = BenchConfig(benchmark=TOY, method="rag", epochs=epochs, batch_size=1, k1=k1, k2=1, threshold=0.3,
                          options={"rooms": 1})
     settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test")
@@ -59,19 +59,20 @@ def test_useful_memory_recalled_but_not_selected(server, tmp_path):
 
 
 def test_useful_memory_existing_but_not_recalled(server, tmp_path):
-    """The same run with k1 = 1: in epoch 2 the script alone is recalled, so M exists but is not recalled."""
+    """The same run with k1 = 1: in epoch 2 the script (the task's own intent) alone is recalled, so M exists
+    but is not recalled."""
     report = learning_report(run(server, tmp_path, k1=1, epochs=2, seeded=True))
     assert report["useful_pairs"] == 1
     assert counts(report) == [(1, 1, 1, 1, 1, 1), (1, 0, 1, 1, 0, 0)]
 
 
 def test_useful_memory_counts_only_once_it_exists(server, tmp_path):
-    """No seed: epoch 1 fails with an empty bank (a receipt with no candidates), its reflection carries
-    the code and is selected in epochs 2 and 3 (the oldest of two identical intents with k1 = 1)."""
-    report = learning_report(run(server, tmp_path, k1=1, epochs=3, seeded=False))
+    """No seed: epoch 1 fails with an empty bank (a receipt with no candidates); its reflection carries
+    the code, is selected in epoch 2 and succeeds: useful, but it did not exist in epoch 1."""
+    report = learning_report(run(server, tmp_path, k1=1, epochs=2, seeded=False))
     assert report["useful_pairs"] == 1
-    assert counts(report) == [(1, 0, 1, 0, 0, 0), (1, 1, 1, 1, 1, 1), (1, 1, 1, 1, 1, 1)]
-    assert [row["accuracy"] for row in report["epochs"]] == [0.0, 1.0, 1.0]
+    assert counts(report) == [(1, 0, 1, 0, 0, 0), (1, 1, 1, 1, 1, 1)]
+    assert [row["accuracy"] for row in report["epochs"]] == [0.0, 1.0]
 
 
 def test_no_memory_run_has_episodes_and_no_receipts(server, tmp_path):
