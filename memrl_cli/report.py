@@ -43,7 +43,7 @@ def learning_report(run_dir: str | Path) -> dict[str, Any]:
     `useful_pairs` is the number of distinct (task, memory) pairs that proved useful.
     """
     run_id, location = run_location(run_dir)
-    with MemoryBank(location, create=False, readonly=True) as bank:
+    with MemoryBank(location, create=False) as bank:  # like `inspect`: a bank from an older memrl is migrated
         run = runs.get_run(bank, run_id)
         episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
         useful = _useful_memories(bank, run_id)
