@@ -147,8 +147,14 @@ def _play(task: Task, memories: list[dict[str, Any]], learn: bool) -> Played:
     episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
     if learn and not episode.env_error:
-        experience = distil(_LLM, task.query, episode.trajectory, episode.success)
+        experience = distil(_LLM, task.query, episode.trajectory, episode.success) if uses_llm(_ADAPTER) \
+            else f"TRAJECTORY:\n{episode.trajectory}"  # an LLM-free adapter's trajectory is its memory
     return Played(episode, experience, _LLM.take_usage())
+
+
+def uses_llm(adapter: Any) -> bool:
+    """False for an adapter declaring `uses_llm = False` (scripted testbeds): no LLM check, no distillation."""
+    return bool(getattr(adapter, "uses_llm", True))
 
 
 class _InProcess(Executor):
@@ -303,11 +309,13 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
                              f"its evaluation splits are {', '.join(adapter.eval_splits) or 'none'}")
         train = adapter.tasks(adapter.train_split)[:config.limit]
         evals = {s: adapter.tasks(s)[:config.eval_limit] for s in config.eval_splits}
+        needs_llm = uses_llm(adapter)
     finally:
         adapter.close()
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
-    ChatClient(settings).check()
+    if needs_llm:
+        ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
     bank = MemoryBank(bank_path, index="numpy")  # a long-lived process: the in-memory scan is fastest
     try:

@@ -69,6 +69,8 @@ class Benchmark(Protocol):
     name: str
     train_split: str
     eval_splits: tuple[str, ...]
+    # An adapter may also set `uses_llm = False` (a scripted testbed): the harness then neither checks
+    # the LLM endpoint nor distils episodes, and stores each episode's trajectory as its memory.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

@@ -359,7 +359,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
         assert "memories_hnsw" in plans["hnsw"] and "memories_hnsw" not in plans["exact"], plans
 
         for k1 in (10, 150):  # 150 > hnsw.ef_search: iterative scans still return k1 candidates
-            params = RetrieveParams(k1=k1, k2=3, threshold=-1.0)
+            params = RetrieveParams(k1=k1, k2=3, threshold=-1.0, recall="memories")  # index recall, per memory
             found = 0
             for query in queries:
                 approximate = [c.memory_id for c in hnsw.retrieve("q", params, vector=query.tolist(),
