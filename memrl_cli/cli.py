@@ -532,6 +532,22 @@ def bench(
         emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
 
 
+@app.command()
+def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/, with config.json)."),
+           as_json: bool = JSON) -> None:
+    """Where learning stalls: per epoch, how often a memory that proved useful existed, was recalled, was selected."""
+    with command(as_json):
+        from memrl_cli.report import learning_report
+
+        emit(learning_report(run_dir), as_json, _render_report)
+
+
+def _render_report(d: dict[str, Any]) -> None:
+    print(f"run {d['run_id']} ({d['benchmark']}, {d['method']}): {d['useful_pairs']} (task, memory) pairs proved useful")
+    table(d["epochs"], ["epoch", "episodes", "accuracy", "receipts", "existed", "recalled", "selected"],
+          "training episodes in which a memory that proved useful for the task...")
+
+
 TOKEN = typer.Option(None, "--token", envvar="MEMRL_TOKEN", show_default=False,
                      help="Secret every HTTP request must carry (X-Memrl-Token); required to bind beyond 127.0.0.1 "
                           "[env MEMRL_TOKEN].")

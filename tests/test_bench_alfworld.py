@@ -402,3 +402,74 @@ def test_bench_alfworld_runs_offline_without_an_api_key(data_root: Path, tmp_pat
     summary = json.loads(result.stdout)
     assert summary["episodes"] == 2 and summary["model"] == "smollm2"
     assert summary["usage"]["calls"] >= 4  # agent turns and the distil call of each episode
+
+
+def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchmark) -> None:
+    """The learning testbed's agent: a memory with another game's actions or a reflection does not help."""
+    from benchmarks.learning.alfworld_scripted import REFLECTION, actions_line, scripted_agent
+    from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+
+    listed = bench.tasks("valid_unseen")
+    tasks = [listed[0], next(t for t in listed if t.query != listed[0].query)]  # the first two games share an intent
+    agent = scripted_agent(tasks, p0=0.0)
+    own, other = load_walkthrough(tasks[0].payload), load_walkthrough(tasks[1].payload)
+
+    def played(memories: list[dict]) -> list[str]:
+        messages = bench.build_messages(tasks[0].query, tasks[0].meta["task_type"], memories)
+        actions = []
+        for _ in own:
+            reply = agent({"messages": messages})
+            actions.append(parse_action(reply))
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Observation: ok"}]
+        return actions
+
+    trajectory = "\n".join(f"> Thought: x\n> Action: {a}\nObservation: y" for a in own)
+    script = agent({"messages": [{"role": "system", "content": SCRIPT_SYSTEM},
+                                 {"role": "user", "content": f"Task:\n{tasks[0].query}\n\nTrajectory:\n{trajectory}"}]})
+    assert actions_line(own) in script.splitlines()
+    assert agent({"messages": [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": "x"}]}) \
+        == REFLECTION
+    assert played([{"intent": tasks[0].query, "experience": f"SCRIPT:\n{script}", "outcome": "success"}]) == own
+    for experience in ("", f"SCRIPT:\n{actions_line(other)}", f"REFLECTION:\n{REFLECTION}",
+                       f"SCRIPT:\n{actions_line(own[:-1])}"):
+        memories = [{"intent": tasks[0].query, "experience": experience, "outcome": "success"}] if experience else []
+        actions = played(memories)
+        assert actions != own and all(a.startswith("go to ") for a in actions), experience
+
+
+def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_path: Path) -> None:
+    """Real games through run_benchmark with memrl: epoch 1 (empty bank) is exactly the no-memory agent's
+    prompt, so its outcome is what `none` scores in every epoch. The game won by luck in epoch 1 is won again
+    in epoch 2 because its own script is injected, and the other one gets a new prompt (and a new draw)."""
+    from benchmarks.learning.alfworld_scripted import run_methods
+    from memrl_cli.bank import MemoryBank
+
+    [row] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=6, data=str(data_root), workers=0, batch_size=2,
+                        max_steps=8, runs_dir=str(tmp_path), examples=str(AUTHORS_EXAMPLES), train_split="valid_unseen")
+    episodes = [json.loads(line) for line in (Path(row["run_dir"]) / "episodes.jsonl").read_text().splitlines()]
+    first = {e["task_id"]: e for e in episodes if e["epoch"] == 1}
+    second = {e["task_id"]: e for e in episodes if e["epoch"] == 2}
+    [won] = [t for t, e in first.items() if e["success"]]  # seed 6: one of the two games is won by luck
+    assert second[won]["success"] and first[won]["new_memory_id"] in second[won]["memory_ids"]
+    with MemoryBank(Path(row["run_dir"]) / "bank.db", create=False) as bank:
+        experience = bank.conn.execute("SELECT experience FROM memories WHERE id = ?",
+                                       (first[won]["new_memory_id"],)).fetchone()[0]
+    assert "\nActions: " in experience  # the script carries the game's actions: that is what the agent follows
+    assert row["accuracy"][2] > row["accuracy"][1] == 0.5
+    assert row["report"][1]["selected"] == 2  # both epoch-2 wins were rewarded with useful memories selected
+
+
+@pytest.mark.slow
+def test_scripted_alfworld_memory_methods_beat_none(data_root: Path, tmp_path: Path) -> None:
+    """12 training games x 3 epochs: memory methods end above no memory, whose prompt (and outcome) never changes."""
+    from benchmarks.learning.alfworld_scripted import run_methods
+
+    rows = {r["method"]: r for r in run_methods(
+        ["none", "rag", "memrl"], games=12, epochs=3, p0=0.2, data=str(data_root), workers=2, max_steps=10,
+        runs_dir=str(tmp_path), examples=str(AUTHORS_EXAMPLES))}
+    none = rows["none"]
+    assert len(set(none["accuracy"].values())) == 1 and none["report"][-1]["receipts"] == 0
+    for method in ("rag", "memrl"):
+        assert rows[method]["accuracy"][1] == none["accuracy"][1]  # an empty bank: the no-memory prompt
+        assert rows[method]["last_epoch_accuracy"] > none["last_epoch_accuracy"], method
+        assert rows[method]["report"][-1]["selected"] > 0

@@ -1,0 +1,220 @@
+"""A scripted ALFWorld agent whose success depends on the memories it is shown (real games, real harness).
+
+The agent plays a game's gold walkthrough only when a memory in its prompt carries that game's
+own actions, or by luck (probability `p0`, drawn from a hash of the seed, the task and the memory
+block, so the same prompt always gets the same outcome and runs resume to the same metrics).
+Otherwise it tours the room's receptacles with `go to`, which never wins. The memories are the
+harness's own distillation: the agent answers the script request of a successful episode with
+the actions it played ("Actions: a | b | c"), a failed one's reflection request without them.
+A memory therefore helps exactly its own game (its walkthrough), not a look-alike with a
+similar intent, and a user can see from the receipts (`memrl report`) where learning stalls.
+
+    python -m benchmarks.learning.alfworld_scripted --games 64 --epochs 5 --methods none,rag,memrl
+
+runs each method through `run_benchmark` on a seeded sample of training games covering the six
+task types and prints last-epoch accuracy, CSR and the report's existed/recalled/selected figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.alfworld import MEMORY_INTRO, TURN_PREFIX, AlfworldBenchmark
+from benchmarks.alfworld_data import SHORT_TYPES, list_games, load_walkthrough
+from benchmarks.protocol import Task
+from memrl_cli.errors import MemrlError
+from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO.parent / "shared" / "data" / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"
+BENCHMARK = "benchmarks.learning.alfworld_scripted:AlfworldSample"
+ACTIONS_PREFIX = "Actions: "
+ACTION_SEPARATOR = " | "
+FOLLOW_THOUGHTS = ("I follow the plan that solved this task.", "My memory has the exact steps; I repeat them.",
+                   "The remembered actions worked here before.", "I do what the successful attempt did.")
+EXPLORE_THOUGHTS = ("I look for the object in the next receptacle.", "It may be somewhere else; I keep searching.",
+                    "I check another place.", "I have not found it yet; I move on.")
+REFLECTION = ("The agent walked from receptacle to receptacle without ever taking or handling the target "
+              "object. Next time, find the object, take it, process it as the task says, and put it where asked.")
+
+
+class AlfworldSample(AlfworldBenchmark):
+    """ALFWorld with a seeded training stream: `games` games of distinct intents, spread over the task types.
+
+    Options besides ALFWorld's: `games` (how many, default 64), `sample_seed` (default 0). Only games
+    whose walkthrough fits in `max_steps` are drawn; evaluation splits are the adapter's own.
+    """
+
+    def __init__(self, data: str | None = None, limit: int | None = None, games: int = 64, sample_seed: int = 0,
+                 **options: Any) -> None:
+        super().__init__(data=data, limit=limit, **options)
+        if int(games) < 1:
+            raise MemrlError(f"games must be at least 1, got {games}")
+        self.games, self.sample_seed = int(games), int(sample_seed)
+
+    def tasks(self, split: str) -> list[Task]:
+        """The seeded sample for the training split; other splits as ALFWorld lists them."""
+        if split != self.train_split:
+            return super().tasks(split)
+        return sample_tasks(list_games(self.root, split, self.task_types), self.games, self.sample_seed,
+                            self.max_steps, split)[: self.limit]
+
+
+def sample_tasks(games: list[Any], count: int, seed: int, max_steps: int, split: str) -> list[Task]:
+    """`count` games, round-robin over the task types in a seeded order, no two with the same intent."""
+    rng = random.Random(seed)
+    by_type: dict[str, list[Any]] = {}
+    for game in games:
+        by_type.setdefault(game.task_type, []).append(game)
+    for pool in by_type.values():
+        rng.shuffle(pool)
+    chosen: list[Any] = []
+    intents: set[str] = set()
+    types = [t for t in SHORT_TYPES if t in by_type]
+    while len(chosen) < count and any(by_type[t] for t in types):
+        for task_type in types:
+            pool = by_type[task_type]
+            while pool and len(chosen) < count:
+                game = pool.pop()
+                if game.intent not in intents and len(load_walkthrough(game.path)) <= max_steps:
+                    chosen.append(game)
+                    intents.add(game.intent)
+                    break
+    rng.shuffle(chosen)
+    return [Task(id=g.id, query=g.intent, payload=g.path, meta={"task_type": g.task_type, "split": split})
+            for g in chosen]
+
+
+def actions_line(actions: list[str]) -> str:
+    """How a script names the actions it played; the agent recognises a game's walkthrough by this line."""
+    return ACTIONS_PREFIX + ACTION_SEPARATOR.join(actions)
+
+
+def _draw(seed: int, *parts: str) -> float:
+    digest = hashlib.sha256("\0".join((str(seed), *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2**64
+
+
+def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Callable[[dict[str, Any]], str]:
+    """A chat responder for `ScriptedChatServer`: the agent's turns and the harness's distillation requests.
+
+    The tasks' intents must be distinct: the agent knows which game it plays from the task text only.
+    """
+    plans = {t.query: load_walkthrough(t.payload) for t in tasks}
+    if len(plans) != len(tasks):
+        raise MemrlError("the scripted agent needs tasks with distinct intents")
+    keys = {query: actions_line(plan) for query, plan in plans.items()}
+    receptacles = {query: re.findall(r"\ban? ([a-z]+(?: [a-z]+)* \d+)", query.split("Your task is to:")[0])
+                   for query in plans}
+
+    def respond(request: dict[str, Any]) -> str:
+        messages = request["messages"]
+        if messages[0]["content"] == SCRIPT_SYSTEM:
+            played = re.findall(r"^> Action: (.+)$", messages[1]["content"], flags=re.M)
+            return ("1. Go to the receptacle that holds the object and take it.\n2. Process it as the task says.\n"
+                    f"3. Put it where the task asks.\n{actions_line(played)}")
+        if messages[0]["content"] == REFLECTION_SYSTEM:
+            return REFLECTION
+        start = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"].startswith(TURN_PREFIX))
+        task_text = messages[start]["content"][len(TURN_PREFIX):]
+        shown = "\n".join(m["content"] for m in messages[:start] if m["role"] == "system" and MEMORY_INTRO in m["content"])
+        draw = _draw(seed, task_text, shown)
+        done = sum(1 for m in messages[start + 1:] if m["role"] == "assistant")
+        plan = plans[task_text]
+        if keys[task_text] in shown.splitlines() or draw < p0:
+            thought = FOLLOW_THOUGHTS[int(draw * 1000) % len(FOLLOW_THOUGHTS)]
+            return f"Thought: {thought}\nAction: {plan[done] if done < len(plan) else 'look'}"
+        places = receptacles[task_text] or ["look"]
+        offset = int(draw * 10**6) % len(places)
+        place = places[(offset + done) % len(places)]
+        thought = EXPLORE_THOUGHTS[(offset + done) % len(EXPLORE_THOUGHTS)]
+        return f"Thought: {thought}\nAction: {'look' if place == 'look' else 'go to ' + place}"
+
+    return respond
+
+
+def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: float = 0.2, seed: int = 0,
+                sample_seed: int = 0, data: str | None = None, workers: int = 2, batch_size: int = 32,
+                max_steps: int = 20, runs_dir: str | None = None, examples: str | None = None,
+                train_split: str = "train") -> list[dict[str, Any]]:
+    """Play the sample with each method through `run_benchmark`; one row per method (summary and report).
+
+    Each row: method, games, epochs, p0, accuracy per epoch, last-epoch accuracy, final CSR, the
+    learning report's epochs, its last epoch's existed/recalled/selected, seconds, and the run
+    directory (when `runs_dir` is given; otherwise the runs live in a temporary directory).
+    """
+    sys.path.insert(0, str(REPO / "tests"))  # the scripted Chat Completions server used by the tests
+    from chat_server import ScriptedChatServer
+
+    from benchmarks.harness import BenchConfig, run_benchmark
+    from memrl_cli.llm import LLMSettings
+    from memrl_cli.report import learning_report
+
+    data = data or str(ARCHIVE)
+    options: dict[str, Any] = {"games": games, "sample_seed": sample_seed, "max_steps": max_steps,
+                               "train_split": train_split}
+    if examples:
+        options["examples"] = examples
+    adapter = AlfworldSample(data=data, **options)
+    tasks = adapter.tasks(adapter.train_split)
+    adapter.examples()  # built once and cached before the workers start
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(scripted_agent(tasks, p0, seed)) as server:
+        settings = LLMSettings(model="scripted-alfworld", base_url=server.base_url, api_key="test", max_retries=0,
+                               timeout=120)
+        for method in methods:
+            config = BenchConfig(benchmark=BENCHMARK, method=method, epochs=epochs, batch_size=batch_size, data=data,
+                                 seed=seed, options=options)
+            started = time.perf_counter()
+            summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers)
+            report = learning_report(Path(summary["bank"]).parent)
+            last = report["epochs"][-1]
+            rows.append({"method": method, "games": len(tasks), "epochs": epochs, "p0": p0,
+                         "accuracy": summary["accuracy"], "last_epoch_accuracy": summary["last_epoch_accuracy"],
+                         "final_csr": summary["final_csr"], "report": report["epochs"],
+                         "last_existed": last["existed"], "last_recalled": last["recalled"],
+                         "last_selected": last["selected"], "seconds": round(time.perf_counter() - started, 1),
+                         "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default="none,rag,memrl", help="Comma-separated methods [none,rag,memrl].")
+    parser.add_argument("--games", type=int, default=64, help="Training games in the sample [64].")
+    parser.add_argument("--epochs", type=int, default=5, help="Epochs [5].")
+    parser.add_argument("--p0", type=float, default=0.2, help="Probability of success by luck [0.2].")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the luck and of the harness [0].")
+    parser.add_argument("--sample-seed", type=int, default=0, help="Seed of the game sample [0].")
+    parser.add_argument("--workers", type=int, default=2, help="Worker processes [2].")
+    parser.add_argument("--max-steps", type=int, default=20, help="Agent turns per episode [20].")
+    parser.add_argument("--data", default=None, help="ALFWorld data [the shared archive].")
+    parser.add_argument("--examples", default=None, help="Few-shot examples file [built from training games].")
+    parser.add_argument("--runs-dir", default=None, help="Keep the run directories here [a temporary directory].")
+    parser.add_argument("--json", action="store_true", help="Print the rows as JSON.")
+    args = parser.parse_args()
+    rows = run_methods([m.strip() for m in args.methods.split(",") if m.strip()], games=args.games,
+                       epochs=args.epochs, p0=args.p0, seed=args.seed, sample_seed=args.sample_seed, data=args.data,
+                       workers=args.workers, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{rows[0]['games']} games x {args.epochs} epochs, p0 = {args.p0}")
+    print("method      last-epoch acc  CSR    existed recalled selected (last epoch)  accuracy per epoch")
+    for r in rows:
+        curve = " ".join(f"{v:.2f}" for v in r["accuracy"].values())
+        print(f"{r['method']:<11} {r['last_epoch_accuracy']:>14.3f}  {r['final_csr']:.3f}  {r['last_existed']:>7} "
+              f"{r['last_recalled']:>8} {r['last_selected']:>8}                 {curve}")
+
+
+if __name__ == "__main__":
+    main()
