@@ -45,8 +45,13 @@ class RetrieveParams:
     seed: int | None = None
     sim_mean: float | None = None
     sim_std: float | None = None
+    sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
 
     def __post_init__(self) -> None:
+        sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources or ())
+        if not all(isinstance(p, str) and p for p in sources):
+            raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
+        object.__setattr__(self, "sources", sources)
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
             raise MemrlError(f"k1 and k2 must be positive integers, got k1={self.k1}, k2={self.k2}")
         if self.k1 > 4096:
