@@ -272,7 +272,8 @@ class PostgresStore(Store):
         Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k)."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
         distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
-        conditions, args = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else [], []
+        conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
+        args: list[str] = []
         if sources:
             condition, args = self.matches("source", sources)
             conditions.append(condition)

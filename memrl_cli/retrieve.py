@@ -48,10 +48,10 @@ class RetrieveParams:
     sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
 
     def __post_init__(self) -> None:
-        sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources or ())
-        if not all(isinstance(p, str) and p for p in sources):
+        sources = (self.sources,) if isinstance(self.sources, str) else self.sources or ()
+        if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
             raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
-        object.__setattr__(self, "sources", sources)
+        object.__setattr__(self, "sources", tuple(sources))
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
             raise MemrlError(f"k1 and k2 must be positive integers, got k1={self.k1}, k2={self.k2}")
         if self.k1 > 4096:

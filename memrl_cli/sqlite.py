@@ -281,7 +281,8 @@ class SqliteStore(Store):
         """sqlite-vec filters by `memory_id IN (…)` before its top k, but not by NOT IN: the hidden
         (few) are fetched in excess and dropped, or excluded by IN when they are too many."""
         hidden = np.zeros(0, dtype=np.int64) if hidden is None else hidden
-        conditions, args = [], []
+        conditions: list[str] = []
+        args: list[str] = []
         if sources:
             condition, args = self.matches("source", sources)
             conditions.append(condition)
