@@ -93,10 +93,9 @@ class MatrixIndex:
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_K1 * k1, self._n // SHORTLIST_SHARE)
         if not self.bits or eligible <= shortlist:
-            if mask is None:
-                return phase_a(self.matrix @ vector, self.ids, k1, threshold)
-            rows = np.flatnonzero(mask)
-            return phase_a(self._matrix[rows] @ vector, self._ids[rows], k1, threshold)
+            sims = self.matrix @ vector  # all rows, then the mask: cheaper than copying the masked matrix
+            return phase_a(sims, self.ids, k1, threshold) if mask is None else \
+                phase_a(sims[mask], self.ids[mask], k1, threshold)
         query = sign_bits(vector[None, :], self._centre)[:, 0]
         distance = np.zeros(self._n, dtype=np.uint16)
         for word, bits in zip(query, self._signs):
