@@ -100,7 +100,7 @@ class MatrixIndex:
         distance = np.zeros(self._n, dtype=np.uint16)
         for word, bits in zip(query, self._signs):
             distance += np.bitwise_count(bits[:self._n] ^ word)
-        if mask is not None:  # beyond any real distance: never in the shortlist (more than it are eligible)
+        if mask is not None:  # beyond any real distance: never shortlisted, as more than `shortlist` are eligible
             distance[~mask] = 64 * len(self._signs) + 1
         # the shortlist: every memory at or below the smallest distance that admits `shortlist` of them
         cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), shortlist))

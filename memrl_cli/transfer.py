@@ -2,8 +2,9 @@
 
 The export format is JSONL: a header line `{"memrl_export": 1, "embedder": {...}, ...}`, then
 one memory per line with its Q, initial Q, visits, timestamps, metadata, its reward ledger, its
-quarantine log (when it has one) and, optionally, its vector. Import re-embeds when the vectors are absent or came from another
-embedder. Plain ingest lines (`{"intent", "experience", ...}`) import too.
+quarantine log (when it has one) and, optionally, its vector. Import re-embeds when the vectors
+are absent or came from another embedder. Plain ingest lines (`{"intent", "experience", ...}`)
+import too.
 """
 
 from __future__ import annotations
