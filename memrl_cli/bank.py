@@ -17,7 +17,7 @@ import math
 import os
 import random
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -436,20 +436,38 @@ class MemoryBank:
             self._scan_version = version
         return scan
 
-    def search(self, vector: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-        """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first."""
+    def search(self, vector: np.ndarray, k1: int, threshold: float,
+               sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first,
+        among those retrieval may return: never a quarantined memory, and with `sources`, only
+        memories whose source matches one of these shell-style patterns (`Store.matches`)."""
         mode = self._index_mode
+        hidden = self.quarantined()
         if mode not in IN_PROCESS and (mode != "auto" or self._cached("index_ready", self.store.index_ready)):
             if mode == "auto":  # the engine index the bank records (cached)
                 mode = self._cached("index_kind", lambda: self.store.index_info()["kind"])
-            ids, sims = self.store.knn(vector, k1, mode)
+            ids, sims = self.store.knn(vector, k1, mode, hidden, sources)
             return phase_a(sims, ids, k1, threshold)
         if mode == "auto" and self.vec is not None and not self.vec.loaded and "numpy-scan" not in self.warnings \
                 and self.store.index_info()["kind"] == "vec":
             self.warnings.append("numpy-scan")
             print(f"memrl: warning: the bank's sqlite-vec index is unusable, retrieving by numpy scan: "
                   f"{self.vec.reason}", file=sys.stderr)
-        return self._load_matrix().search(vector, k1, threshold)
+        scan = self._load_matrix()
+        mask = None
+        if len(hidden) or sources:
+            mask = ~np.isin(scan.ids, hidden)
+            if sources:
+                condition, args = self.store.matches("source", sources)
+                mask &= np.isin(scan.ids, [r[0] for r in self.conn.execute(
+                    f"SELECT id FROM memories WHERE {condition}", args)])
+        return scan.search(vector, k1, threshold, mask)
+
+    def quarantined(self) -> np.ndarray:
+        """Ids of the quarantined memories, ascending (see `memrl_cli.hygiene`)."""
+        return self._cached("quarantined", lambda: np.array(
+            [r[0] for r in self.conn.execute("SELECT id FROM memories WHERE quarantined_at IS NOT NULL ORDER BY id")],
+            dtype=np.int64))
 
     # -- similarity statistics for z(sim) ----------------------------------------
 
@@ -643,9 +661,10 @@ class MemoryBank:
     def recall(self, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
         """Phase A: (ids, similarities) of the candidates, best first (grouped unless `recall="memories"`)."""
         if params.recall == "memories":
-            ids, sims = self.search(vector, params.k1, params.threshold)
+            ids, sims = self.search(vector, params.k1, params.threshold, params.sources)
             return ids.tolist(), sims.tolist()
-        ids, sims = self.search(vector, min(4096, max(params.k1, params.pool) * SEARCH_WIDTH), params.threshold)
+        ids, sims = self.search(vector, min(4096, max(params.k1, params.pool) * SEARCH_WIDTH), params.threshold,
+                                 params.sources)
         if not len(ids):
             return [], []
         rows = self._by_ids("id, embedding", "memories", ids.tolist())

@@ -238,6 +238,8 @@ def retrieve(
     selector: str = typer.Option("memrl", help="Phase B utility: memrl (paper), calibrated, ucb, conditioned."),
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
+    source: Optional[list[str]] = typer.Option(None, "--source", help="Only memories whose source matches this "
+                                               "pattern (* any text, ? one character; repeatable: any of them)."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
     """Find the memories to inject for QUERY; prints a retrieval id to reward later."""
@@ -246,7 +248,8 @@ def retrieve(
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
                                 sim_mean=sim_mean, sim_std=sim_std, q_min=q_min, recall=recall,
-                                group_threshold=group_threshold, pool=pool, selector=selector)
+                                group_threshold=group_threshold, pool=pool, selector=selector,
+                                sources=tuple(source or ()))
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
@@ -288,6 +291,76 @@ def reward(
         emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q updates"))
 
 
+REASON = typer.Option(None, "--reason", help="Why (kept in the bank's records).")
+BY = typer.Option(None, "--by", help="Who is acting [default: your login name].")
+
+
+@app.command()
+def quarantine(
+    ids: list[int] = typer.Argument(..., help="Memory ids to exclude from retrieval."),
+    reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Exclude memories from every retrieval (they stay in the bank, exports and inspect); logged."""
+    with command(as_json):
+        from memrl_cli import hygiene
+
+        emit(hygiene.quarantine(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
+            f"quarantined {len(d['changed'])} memories" + (f"; already quarantined: {d['unchanged']}" if d["unchanged"]
+                                                           else "")))
+
+
+@app.command()
+def release(
+    ids: list[int] = typer.Argument(..., help="Quarantined memory ids to retrieve again."),
+    reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Let quarantined memories be retrieved again; logged."""
+    with command(as_json):
+        from memrl_cli import hygiene
+
+        emit(hygiene.release(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
+            f"released {len(d['changed'])} memories" + (f"; not quarantined: {d['unchanged']}" if d["unchanged"]
+                                                        else "")))
+
+
+@app.command("reset-q")
+def reset_q(
+    ids: list[int] = typer.Argument(..., help="Memory ids whose Q goes back to q_init."),
+    reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Set Q back to its initial value, with a `set` ledger row each (Q = ledger replay still holds)."""
+    with command(as_json):
+        from memrl_cli import hygiene
+
+        updates = hygiene.reset_q(open_bank(db, create=False), ids, reason, by)
+        emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q reset"))
+
+
+@app.command()
+def undo(
+    source: Optional[str] = typer.Option(None, help="Undo the rewards whose source matches this pattern "
+                                                    "(* any text, ? one character)."),
+    since: Optional[str] = typer.Option(None, help="Undo the rewards given at or after this ISO 8601 time."),
+    until: Optional[str] = typer.Option(None, help="Undo the rewards given before this ISO 8601 time."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
+    reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Revert the rewards of a source and/or time window: Q becomes the replay of the ledger without them."""
+    with command(as_json):
+        from memrl_cli import hygiene
+
+        report = hygiene.undo(open_bank(db, create=False), source, since, until, dry_run=dry_run, reason=reason,
+                              actor=by)
+        emit(report, as_json, _render_undo)
+
+
+def _render_undo(d: dict[str, Any]) -> None:
+    table(d["memories"], ["id", "q_before", "q_after", "undone", "reapplied"],
+          "would change (dry run)" if d["dry_run"] else "changed")
+    print(f"{'would undo' if d['dry_run'] else 'undid'} {d['undone']} rewards, re-applying {d['reapplied']} later ones"
+          + (f"; {d['superseded']} matching rewards precede a set row and no longer count" if d["superseded"] else ""))
+
+
 @app.command("inspect")
 def inspect_cmd(
     top_q: Optional[int] = typer.Option(None, help="Show the N memories with the highest Q."),
@@ -307,7 +380,8 @@ def inspect_cmd(
         bank = open_bank(db, create=False)
         if top_q is not None:
             emit({"memories": inspection.top_q(bank, top_q)}, as_json, lambda d: table(
-                d["memories"], ["id", "q", "visits", "outcome", "intent", "experience"], f"top {top_q} by Q"))
+                d["memories"], ["id", "q", "visits", "outcome", "quarantined_at", "intent", "experience"],
+                f"top {top_q} by Q"))
         elif memory is not None:
             emit(inspection.memory(bank, memory), as_json, _render_memory)
         elif explain is not None:
@@ -322,8 +396,11 @@ def inspect_cmd(
 
 
 def _render_memory(d: dict[str, Any]) -> None:
-    print(f"memory {d['id']}  q={d['q']:.4f}  visits={d['visits']}  outcome={d['outcome']}\n"
-          f"intent: {d['intent']}\nexperience:\n{d['experience']}")
+    print(f"memory {d['id']}  q={d['q']:.4f}  visits={d['visits']}  outcome={d['outcome']}  source={d['source']}"
+          + (f"  QUARANTINED since {d['quarantined_at']}" if d["quarantined_at"] else "")
+          + f"\nintent: {d['intent']}\nexperience:\n{d['experience']}")
+    if d["quarantine_log"]:
+        table(d["quarantine_log"], ["action", "reason", "actor", "created_at"], "quarantine log")
     table(d["ledger"], ["id", "retrieval_id", "kind", "reward", "alpha", "q_before", "q_after", "created_at"], "ledger")
     table(d["retrievals"], ["retrieval_id", "similarity", "q", "score", "selected_rank", "query"], "receipts")
 

@@ -13,7 +13,7 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
 
 MEMORY_FIELDS = ("id", "intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits",
-                 "created_at", "updated_at", "last_used_at", "metadata")
+                 "created_at", "updated_at", "last_used_at", "metadata", "quarantined_at")
 
 
 def _rows(bank: MemoryBank, sql: str, args: tuple = ()) -> list[dict[str, Any]]:
@@ -28,7 +28,8 @@ def _memory(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def top_q(bank: MemoryBank, n: int = 10) -> list[dict[str, Any]]:
-    """The `n` memories with the highest Q (ties: most visited, then oldest)."""
+    """The `n` memories with the highest Q (ties: most visited, then oldest), quarantined ones
+    included (`quarantined_at` set)."""
     if n < 1:
         raise MemrlError(f"--top-q takes a positive number, got {n}")
     return [_memory(r) for r in _rows(bank, f"SELECT {', '.join(MEMORY_FIELDS)} FROM memories "
@@ -36,13 +37,15 @@ def top_q(bank: MemoryBank, n: int = 10) -> list[dict[str, Any]]:
 
 
 def memory(bank: MemoryBank, memory_id: int) -> dict[str, Any]:
-    """One memory with its ledger history and the receipts it appeared in."""
+    """One memory with its ledger history, its quarantine log, and the receipts it appeared in."""
     rows = _rows(bank, f"SELECT {', '.join(MEMORY_FIELDS)} FROM memories WHERE id = ?", (memory_id,))
     if not rows:
         raise MemrlError(f"unknown memory id {memory_id}")
     found = _memory(rows[0])
     found["ledger"] = _rows(bank, "SELECT id, retrieval_id, kind, reward, alpha, q_floor, q_before, q_after, "
                                   "created_at, source FROM rewards WHERE memory_id = ? ORDER BY id", (memory_id,))
+    found["quarantine_log"] = _rows(bank, "SELECT action, reason, actor, created_at FROM quarantine_log "
+                                          "WHERE memory_id = ? ORDER BY id", (memory_id,))
     found["retrievals"] = _rows(bank, "SELECT c.retrieval_id, r.query, r.created_at, c.recall_rank, c.similarity, "
                                       "c.q, c.score, c.selected_rank FROM retrieval_candidates c JOIN retrievals r "
                                       "ON r.id = c.retrieval_id WHERE c.memory_id = ? ORDER BY c.retrieval_id",
@@ -73,6 +76,7 @@ def stats(bank: MemoryBank) -> dict[str, Any]:
         "q": q_summary,
         "never_retrieved": int(never),
         "never_retrieved_share": (never / count) if count else 0.0,
+        "quarantined": len(bank.quarantined()),
         "outcomes": {k: int(outcomes.get(k, 0)) for k in ("success", "failure", "unknown")},
         "retrievals": int(bank.conn.execute("SELECT count(*) FROM retrievals").fetchone()[0]),
         "rewards": int(bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0]),
@@ -150,5 +154,10 @@ def _verify(bank: MemoryBank) -> dict[str, Any]:
         mismatched += not consistent
     if mismatched:
         problems.append(f"{mismatched} memories have a Q that differs from the replay of their ledger")
+    unlogged = bank.conn.execute(
+        "SELECT count(*) FROM memories m WHERE (m.quarantined_at IS NOT NULL) != (coalesce((SELECT l.action FROM "
+        "quarantine_log l WHERE l.memory_id = m.id ORDER BY l.id DESC LIMIT 1), '') = 'quarantine')").fetchone()[0]
+    if unlogged:
+        problems.append(f"{unlogged} memories have a quarantine state that differs from their quarantine log")
     return {"ok": not problems, "problems": problems, "memories": bank.count(),
             "ledger_rows": sum(len(v) for v in ledgers.values()), "integrity": integrity[0] if integrity else "?"}

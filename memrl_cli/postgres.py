@@ -13,6 +13,7 @@ Needs `pip install 'memrl[postgres]'` (psycopg 3 and pgvector's adapter) and a s
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -306,6 +307,12 @@ class PostgresStore(Store):
 
     # -- pgvector search: exact (a scan, parallel) or HNSW (approximate) ----------------------
 
+    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+        """LIKE (case-sensitive in PostgreSQL), with `%`, `_` and `\\` made literal."""
+        escaped = [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("*", "%").replace("?", "_")
+                   for p in patterns]
+        return "(" + " OR ".join(f"{column} LIKE ? ESCAPE '\\'" for _ in patterns) + ")", escaped
+
     def prepare_vectors(self, dim: int) -> None:
         self.conn.execute(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({int(dim)})")
         # Keep vectors in the row: out of line (pgvector's default past ~2 KB rows), every distance of an
@@ -337,11 +344,19 @@ class PostgresStore(Store):
         self.conn.execute("DROP INDEX IF EXISTS memories_hnsw")
         self.delete_meta("index")
 
-    def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
-        """`mode` exact adds 0 to the distance, which the HNSW index cannot serve: a scan, always exact."""
+    def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
+            sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """`mode` exact adds 0 to the distance, which the HNSW index cannot serve: a scan, always exact.
+        Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k)."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
         distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
-        rows = self.conn.execute(f"SELECT id, {distance} AS d FROM memories ORDER BY d LIMIT ?",
-                                 (self.encode(vector), k)).fetchall()
+        conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
+        args: list[str] = []
+        if sources:
+            condition, args = self.matches("source", sources)
+            conditions.append(condition)
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        rows = self.conn.execute(f"SELECT id, {distance} AS d FROM memories{where} ORDER BY d LIMIT ?",
+                                 (self.encode(vector), *args, k)).fetchall()
         return (np.array([r[0] for r in rows], dtype=np.int64),
                 1.0 - np.array([r[1] for r in rows], dtype=np.float64))

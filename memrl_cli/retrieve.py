@@ -75,8 +75,13 @@ class RetrieveParams:
     group_threshold: float = 0.9
     pool: int = 64
     selector: str = "memrl"
+    sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
 
     def __post_init__(self) -> None:
+        sources = (self.sources,) if isinstance(self.sources, str) else self.sources or ()
+        if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
+            raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
+        object.__setattr__(self, "sources", tuple(sources))
         if self.recall not in RECALLS:
             raise MemrlError(f"recall must be one of {', '.join(RECALLS)}, got {self.recall!r}")
         if self.selector not in SELECTORS:

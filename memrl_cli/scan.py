@@ -83,18 +83,25 @@ class MatrixIndex:
             self._signs[:, n:n + add] = sign_bits(vectors, self._centre)
         self._n = n + add
 
-    def search(self, vector: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-        """Phase A over the held memories: (ids, similarities), best first."""
-        if not self._n:
+    def search(self, vector: np.ndarray, k1: int, threshold: float,
+               mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Phase A over the held memories (with `mask`, a boolean per id, only those it marks True):
+        (ids, similarities), best first."""
+        eligible = self._n if mask is None else int(mask.sum())
+        if not eligible:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_K1 * k1, self._n // SHORTLIST_SHARE)
-        if not self.bits or self._n <= shortlist:
-            return phase_a(self.matrix @ vector, self.ids, k1, threshold)
+        if not self.bits or eligible <= shortlist:
+            sims = self.matrix @ vector  # all rows, then the mask: cheaper than copying the masked matrix
+            return phase_a(sims, self.ids, k1, threshold) if mask is None else \
+                phase_a(sims[mask], self.ids[mask], k1, threshold)
         query = sign_bits(vector[None, :], self._centre)[:, 0]
         distance = np.zeros(self._n, dtype=np.uint16)
         for word, bits in zip(query, self._signs):
             distance += np.bitwise_count(bits[:self._n] ^ word)
+        if mask is not None:  # beyond any real distance: never shortlisted, as more than `shortlist` are eligible
+            distance[~mask] = 64 * len(self._signs) + 1
         # the shortlist: every memory at or below the smallest distance that admits `shortlist` of them
         cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), shortlist))
         rows = np.flatnonzero(distance <= cutoff)

@@ -154,11 +154,31 @@ def m004_receipt_query_vector(conn: Any) -> None:
     _run(conn, "ALTER TABLE retrievals ADD COLUMN query_vector BLOB")
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_runs, m003_query_cache, m004_receipt_query_vector]
+def m005_hygiene(conn: Any) -> None:
+    """Memory hygiene for shared banks: a quarantine mark on memories and the log of quarantines
+    and releases (who, when, why); an index on sources for `retrieve --source`."""
+    _run(conn, """
+        ALTER TABLE memories ADD COLUMN quarantined_at TEXT;
+        CREATE INDEX memories_quarantined ON memories (id) WHERE quarantined_at IS NOT NULL;
+        CREATE INDEX memories_source ON memories (source);
+        CREATE TABLE quarantine_log (
+            id INTEGER PRIMARY KEY,
+            memory_id INTEGER NOT NULL REFERENCES memories (id),
+            action TEXT NOT NULL CHECK (action IN ('quarantine', 'release')),
+            reason TEXT,
+            actor TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX quarantine_log_memory ON quarantine_log (memory_id, id);
+    """)
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_runs, m003_query_cache, m004_receipt_query_vector,
+                              m005_hygiene]
 LATEST = len(MIGRATIONS)
 
 TABLES = {"memories", "retrievals", "retrieval_candidates", "rewards", "meta", "runs", "episodes",
-          "run_batches", "memory_index", "query_cache"}
+          "run_batches", "memory_index", "query_cache", "quarantine_log"}
 INDEX_TABLE_PREFIX = "memory_index_"  # sqlite-vec's shadow tables
 
 

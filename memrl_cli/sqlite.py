@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -32,6 +33,7 @@ DatabaseError = sqlite3.DatabaseError
 IntegrityError = sqlite3.IntegrityError
 
 BUSY_TIMEOUT_MS = 30_000
+KNN_MAX = 4096  # sqlite-vec's largest k
 
 
 def _has_sqlite_header(path: str) -> bool:
@@ -286,8 +288,27 @@ class SqliteStore(Store):
             self.conn.execute("DROP TABLE memory_index")
         self.conn.execute("DELETE FROM meta WHERE key = 'index'")
 
-    def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.conn.execute("SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?",
-                                 (self.encode(vector), k)).fetchall()
-        return (np.array([r[0] for r in rows], dtype=np.int64),
-                1.0 - np.array([r[1] for r in rows], dtype=np.float64))
+    def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
+            sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """sqlite-vec filters by `memory_id IN (…)` before its top k, but not by NOT IN: the hidden
+        (few) are fetched in excess and dropped, or excluded by IN when they are too many."""
+        hidden = np.zeros(0, dtype=np.int64) if hidden is None else hidden
+        conditions: list[str] = []
+        args: list[str] = []
+        if sources:
+            condition, args = self.matches("source", sources)
+            conditions.append(condition)
+        fetch = k + len(hidden)
+        if fetch > KNN_MAX:
+            conditions.append("quarantined_at IS NULL")
+            fetch = k
+        where = f" AND memory_id IN (SELECT id FROM memories WHERE {' AND '.join(conditions)})" if conditions else ""
+        rows = self.conn.execute(f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}",
+                                 (self.encode(vector), fetch, *args)).fetchall()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        keep = np.flatnonzero(~np.isin(ids, hidden))[:k]
+        return ids[keep], 1.0 - np.array([r[1] for r in rows], dtype=np.float64)[keep]
+
+    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+        """GLOB, with `[` made literal (`[[]`)."""
+        return "(" + " OR ".join(f"{column} GLOB ?" for _ in patterns) + ")", [p.replace("[", "[[]") for p in patterns]

@@ -15,7 +15,7 @@ already serialises them).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -208,8 +208,17 @@ class Store:
         """Inside a write: drop the engine's optional index."""
         raise NotImplementedError
 
-    def knn(self, vector: np.ndarray, k: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, cosine similarities) of the k nearest memories, best first, searched by the engine."""
+    def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
+            sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, cosine similarities) of the k nearest memories, best first, searched by the engine;
+        never the `hidden` ids (the quarantined memories), and with `sources`, only memories whose
+        source matches one of those patterns (`matches`)."""
+        raise NotImplementedError
+
+    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+        """An SQL condition (and its arguments) true where the text `column` matches one of the
+        shell-style `patterns`: `*` any text, `?` one character, anything else itself, case-sensitive,
+        the whole value; NULL never matches."""
         raise NotImplementedError
 
 

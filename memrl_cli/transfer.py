@@ -1,9 +1,10 @@
 """Moving memories between banks and machines: JSONL export/import, merge, and online backup.
 
 The export format is JSONL: a header line `{"memrl_export": 1, "embedder": {...}, ...}`, then
-one memory per line with its Q, initial Q, visits, timestamps, metadata, its reward ledger and,
-optionally, its vector. Import re-embeds when the vectors are absent or came from another
-embedder. Plain ingest lines (`{"intent", "experience", ...}`) import too.
+one memory per line with its Q, initial Q, visits, timestamps, metadata, its reward ledger, its
+quarantine log (when it has one) and, optionally, its vector. Import re-embeds when the vectors
+are absent or came from another embedder. Plain ingest lines (`{"intent", "experience", ...}`)
+import too.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from memrl_cli.learn import replay
 from memrl_cli.store import is_server_url
 
 EXPORT_VERSION = 1
-STORED_FIELDS = ("q_init", "visits", "created_at", "updated_at", "last_used_at", "ledger")
+STORED_FIELDS = ("q_init", "visits", "created_at", "updated_at", "last_used_at", "ledger", "quarantine_log")
 LEDGER_FIELDS = ("kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at", "source")
+QUARANTINE_FIELDS = ("action", "reason", "actor", "created_at")
 
 
 def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, Any]]:
@@ -67,6 +69,9 @@ def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
     cursor = bank.conn.execute(f"SELECT memory_id, {', '.join(LEDGER_FIELDS)} FROM rewards ORDER BY id")
     for row in cursor:
         ledgers.setdefault(row[0], []).append(dict(zip(LEDGER_FIELDS, row[1:])))
+    quarantines: dict[int, list[dict[str, Any]]] = {}
+    for row in bank.conn.execute(f"SELECT memory_id, {', '.join(QUARANTINE_FIELDS)} FROM quarantine_log ORDER BY id"):
+        quarantines.setdefault(row[0], []).append(dict(zip(QUARANTINE_FIELDS, row[1:])))
     n = 0
     columns = "id, intent, experience, outcome, task_id, source, q, q_init, visits, created_at, updated_at, " \
               "last_used_at, metadata" + (", embedding" if vectors else "")
@@ -75,6 +80,8 @@ def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
                            "created_at", "updated_at", "last_used_at"), row[1:12]))
         record["metadata"] = json.loads(row[12])
         record["ledger"] = ledgers.get(row[0], [])
+        if row[0] in quarantines:  # only then, so that exports without quarantines stay readable by older memrl
+            record["quarantine_log"] = quarantines[row[0]]
         if vectors:
             record["vector"] = bank.store.decode([row[13]])[0].tolist()
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -117,6 +124,12 @@ def _parse_stored(obj: Any, where: str) -> tuple[MemoryInput, dict[str, Any]]:
         problem = _ledger_problem(row)
         if problem:
             raise MemrlError(f"{where}ledger row {number} {problem}")
+    log = stored.get("quarantine_log", [])
+    if not isinstance(log, list) or not all(
+            isinstance(r, dict) and r.get("action") in ("quarantine", "release") and isinstance(r.get("created_at"), str)
+            and all(r.get(k) is None or isinstance(r[k], str) for k in ("reason", "actor")) for r in log):
+        raise MemrlError(f"{where}quarantine_log must be a list of {{\"action\": \"quarantine\" or \"release\", "
+                         "\"created_at\", \"reason\"?, \"actor\"?}} rows")
     visits = stored.get("visits", 0)
     if not isinstance(visits, int) or isinstance(visits, bool) or visits < 0:
         raise MemrlError(f"{where}visits must be a non-negative integer")
@@ -181,8 +194,8 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
         bank._begin_insert(vectors)
         for (memory, stored), vector in zip(records, vectors):
             digest = content_hash(memory.intent, memory.experience)
-            existing = conn.execute(f"SELECT id, q, visits FROM memories WHERE content_hash = ?{bank.store.lock}",
-                                    (digest,)).fetchone()
+            existing = conn.execute(f"SELECT id, q, visits, quarantined_at FROM memories WHERE content_hash = ?"
+                                    f"{bank.store.lock}", (digest,)).fetchone()
             ledger = stored.get("ledger", [])
             if existing is None:
                 mid = bank._insert_memory(memory, vector, stamp, stored)
@@ -190,6 +203,7 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
                     counts["duplicates"] += 1
                     continue
                 _append_ledger(conn, mid, ledger)
+                _append_quarantine_log(conn, mid, stored.get("quarantine_log", []), None, source_name, stamp)
                 counts["created"] += 1
             elif merge_duplicates:
                 mid, q_here, visits_here = int(existing[0]), float(existing[1]), int(existing[2])
@@ -201,6 +215,7 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
                                             "created_at": stamp, "source": f"merge: visit-weighted Q ({source_name})"}])
                 conn.execute("UPDATE memories SET q = ?, visits = ?, updated_at = ? WHERE id = ?",
                              (merged_q, total, stamp, mid))
+                _append_quarantine_log(conn, mid, stored.get("quarantine_log", []), existing[3], source_name, stamp)
                 counts["merged"] += 1
             else:
                 counts["duplicates"] += 1
@@ -226,6 +241,22 @@ def _append_ledger(conn: Any, memory_id: int, rows: list[dict[str, Any]],
                       r["q_after"], r.get("created_at") or now(), r.get("source")))
         last = r["q_after"]
     return float(last) if last is not None else 0.0
+
+
+def _append_quarantine_log(conn: Any, memory_id: int, rows: list[dict[str, Any]], quarantined_at: str | None,
+                           source_name: str, stamp: str) -> None:
+    """Append an incoming quarantine log and set the memory's state from it. A memory quarantined on
+    either side stays quarantined (a `quarantine` row says so when the incoming log ends in a release)."""
+    for r in rows:
+        conn.execute("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
+                     (memory_id, r["action"], r.get("reason"), r.get("actor"), r["created_at"]))
+    if rows and rows[-1]["action"] == "quarantine":
+        conn.execute("UPDATE memories SET quarantined_at = ? WHERE id = ?", (quarantined_at or rows[-1]["created_at"],
+                                                                              memory_id))
+    elif rows and quarantined_at is not None:
+        conn.execute("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
+                     (memory_id, "quarantine", f"merge: quarantined in this bank, released in {source_name}", None,
+                      stamp))
 
 
 def backup(bank: MemoryBank, destination: str, overwrite: bool = False) -> int:

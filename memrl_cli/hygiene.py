@@ -1,0 +1,197 @@
+"""Memory hygiene for shared banks: quarantine and release memories, reset Q, undo rewards.
+
+A bank that many agents write to (PostgreSQL, or a `.db` handed around) can receive bad memories
+and bad rewards. These operations repair it without deleting anything:
+
+- `quarantine` / `release`: a quarantined memory stays in the bank (exported, merged, shown by
+  `inspect`) but no retrieval returns it, not even as a Phase-A candidate. Each change is logged
+  in `quarantine_log` (who, when, why).
+- `reset_q`: Q back to the memory's `q_init`, as a `set` row of the ledger.
+- `undo`: revert the `reward` rows of a reward source and/or a time window. The Q rule is not
+  commutative (a reward moves Q a fraction of the way from wherever Q is), so the honest result is
+  the replay of the ledger without those rows: undo appends a `set` row back to the Q before the
+  first undone row, then a copy of every later reward it keeps, re-applied in order (same reward,
+  α, floor, source, receipt and time). Rows before a memory's last `set` row (a reset, a merge, an
+  earlier undo) no longer influence its Q and are left alone (`superseded` in the report).
+
+Each operation is one transaction; the ledger is only appended to, so Q stays the replay of the
+ledger (`inspect --verify`). See docs/guarantees.md, "Memory hygiene for shared banks".
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from memrl_cli.bank import MemoryBank, _text, now
+from memrl_cli.errors import MemrlError
+from memrl_cli.learn import q_update
+
+LEDGER_COLUMNS = ("id", "retrieval_id", "kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at",
+                  "source")
+
+
+def default_actor() -> str | None:
+    """Who is acting, when nobody says: the login name of this process, if it has one."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+def _memory_ids(ids: Iterable[Any]) -> list[int]:
+    """Each id once, in the order given; a one-line error for anything but positive integers."""
+    try:
+        unique = list(dict.fromkeys(ids))
+    except TypeError:
+        unique = []
+    if not unique or not all(isinstance(i, int) and not isinstance(i, bool) for i in unique):
+        raise MemrlError("give one or more memory ids (integers)")
+    return unique
+
+
+def _optional_text(value: str | None, name: str) -> str | None:
+    return None if value is None else _text(value, name, "")
+
+
+def _locked_memories(bank: MemoryBank, ids: list[int], columns: str) -> dict[int, tuple]:
+    """Inside a write: the rows of `ids` (id first, then `columns`), locked; unknown ids refuse the write."""
+    rows = {int(r[0]): r[1:] for r in bank._by_ids(f"id, {columns}", "memories", ids, bank.store.lock)}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
+        raise MemrlError(f"unknown memory id{'s' if len(missing) > 1 else ''} {shown}; nothing was changed")
+    return rows
+
+
+def _mark(bank: MemoryBank, ids: Iterable[int], quarantine: bool, reason: str | None,
+          actor: str | None) -> dict[str, list[int]]:
+    wanted = _memory_ids(ids)
+    reason, actor = _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor()
+    stamp = now()
+    with bank.transaction() as conn:
+        state = _locked_memories(bank, wanted, "quarantined_at")
+        changed = [i for i in wanted if (state[i][0] is None) == quarantine]
+        conn.executemany("UPDATE memories SET quarantined_at = ? WHERE id = ?",
+                         [(stamp if quarantine else None, i) for i in changed])
+        conn.executemany("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
+                         [(i, "quarantine" if quarantine else "release", reason, actor, stamp) for i in changed])
+    return {"changed": changed, "unchanged": [i for i in wanted if i not in changed]}
+
+
+def quarantine(bank: MemoryBank, ids: Iterable[int], reason: str | None = None,
+               actor: str | None = None) -> dict[str, list[int]]:
+    """Exclude memories from every retrieval, atomically, logging who (default: the login name),
+    when and why. Returns {"changed": ids now quarantined, "unchanged": ids that already were}."""
+    return _mark(bank, ids, True, reason, actor)
+
+
+def release(bank: MemoryBank, ids: Iterable[int], reason: str | None = None,
+            actor: str | None = None) -> dict[str, list[int]]:
+    """Let quarantined memories be retrieved again, atomically, logged like `quarantine`.
+    Returns {"changed": ids released, "unchanged": ids that were not quarantined}."""
+    return _mark(bank, ids, False, reason, actor)
+
+
+def reset_q(bank: MemoryBank, ids: Iterable[int], reason: str | None = None,
+            actor: str | None = None) -> list[dict[str, Any]]:
+    """Set Q back to `q_init` for each memory, atomically, with a `set` ledger row each (source
+    `reset-q by ACTOR: REASON`); visits are kept. Returns [{"id", "q_before", "q_after"}]."""
+    wanted = _memory_ids(ids)
+    source = _describe("reset-q", _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor())
+    stamp = now()
+    updates = []
+    with bank.transaction() as conn:
+        rows = _locked_memories(bank, wanted, "q, q_init")
+        for mid in wanted:
+            q, q_init = float(rows[mid][0]), float(rows[mid][1])
+            conn.execute("UPDATE memories SET q = ?, updated_at = ? WHERE id = ?", (q_init, stamp, mid))
+            conn.execute("INSERT INTO rewards (memory_id, kind, q_before, q_after, created_at, source) "
+                         "VALUES (?, 'set', ?, ?, ?, ?)", (mid, q, q_init, stamp, source))
+            updates.append({"id": mid, "q_before": q, "q_after": q_init})
+    return updates
+
+
+def _describe(action: str, reason: str | None, actor: str | None) -> str:
+    return action + (f" by {actor}" if actor else "") + (f": {reason}" if reason else "")
+
+
+def parse_time(value: str, name: str) -> str:
+    """An ISO 8601 time as the ledger writes it (UTC, microseconds); a time without zone is UTC."""
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise MemrlError(f"{name} must be an ISO 8601 time such as 2026-01-31T12:00:00+00:00, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def undo(bank: MemoryBank, source: str | None = None, since: str | None = None, until: str | None = None, *,
+         dry_run: bool = False, reason: str | None = None, actor: str | None = None) -> dict[str, Any]:
+    """Revert the `reward` rows whose source matches the pattern `source` (`*`, `?`) and/or whose
+    time is in [`since`, `until`), so that each affected Q is the replay of its ledger without them
+    (see the module's docstring for how). One transaction; with `dry_run`, nothing is written.
+
+    Returns {"dry_run", "undone": rows reverted, "reapplied": later rows re-applied, "superseded":
+    matching rows before a `set` row (left alone), "memories": [{"id", "q_before", "q_after",
+    "undone", "reapplied"}]}.
+    """
+    if source is None and since is None and until is None:
+        raise MemrlError("give --source, --since and/or --until: which rewards to undo")
+    conditions, args = ["kind = 'reward'"], []
+    if source is not None:
+        condition, args = bank.store.matches("source", [_text(source, "source", "")])
+        conditions.append(condition)
+    if since is not None:
+        conditions.append("created_at >= ?")
+        args.append(parse_time(since, "--since"))
+    if until is not None:
+        conditions.append("created_at < ?")
+        args.append(parse_time(until, "--until"))
+    label = _describe("undo " + " ".join(f"{k}={v}" for k, v in (("source", source), ("since", since),
+                                                                   ("until", until)) if v is not None),
+                      _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor())
+    with bank.snapshot() if dry_run else bank.transaction():
+        return _undo(bank, " AND ".join(conditions), args, label, dry_run)
+
+
+def _undo(bank: MemoryBank, where: str, args: list[Any], label: str, dry_run: bool) -> dict[str, Any]:
+    conn = bank.conn
+    memory_ids = {int(r[0]) for r in conn.execute(f"SELECT DISTINCT memory_id FROM rewards WHERE {where}", args)}
+    if not dry_run:
+        bank._lock("memories", memory_ids)  # their ledgers cannot grow until this commits
+    matched = {int(r[0]) for r in conn.execute(f"SELECT id FROM rewards WHERE {where}", args)}
+    report: dict[str, Any] = {"dry_run": dry_run, "undone": 0, "reapplied": 0, "superseded": 0, "memories": []}
+    stamp = now()
+    for mid, q, visits in bank._by_ids("id, q, visits", "memories", memory_ids):
+        ledger = [dict(zip(LEDGER_COLUMNS, r)) for r in conn.execute(
+            f"SELECT {', '.join(LEDGER_COLUMNS)} FROM rewards WHERE memory_id = ? ORDER BY id", (mid,))]
+        last_set = max((n for n, r in enumerate(ledger) if r["kind"] == "set"), default=-1)
+        effective = ledger[last_set + 1:]  # the rows Q still depends on
+        undone = [n for n, r in enumerate(effective) if r["id"] in matched]
+        report["superseded"] += sum(r["id"] in matched for r in ledger[:last_set + 1])
+        if not undone:
+            continue
+        kept = [r for r in effective[undone[0]:] if r["id"] not in matched]
+        new_q = float(effective[undone[0]]["q_before"])
+        rows = [{"kind": "set", "retrieval_id": None, "reward": None, "alpha": None, "q_floor": None,
+                 "q_before": float(q), "q_after": new_q, "created_at": stamp, "source": label}]
+        for r in kept:
+            q_after = q_update(new_q, r["reward"], r["alpha"], r["q_floor"])
+            rows.append({**r, "q_before": new_q, "q_after": q_after})
+            new_q = q_after
+        if not dry_run:
+            conn.executemany("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
+                             "q_after, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                             [(r["retrieval_id"], mid, r["kind"], r["reward"], r["alpha"], r["q_floor"],
+                               r["q_before"], r["q_after"], r["created_at"], r["source"]) for r in rows])
+            conn.execute("UPDATE memories SET q = ?, visits = ?, updated_at = ? WHERE id = ?",
+                         (new_q, max(0, int(visits) - len(undone)), stamp, mid))
+        report["undone"] += len(undone)
+        report["reapplied"] += len(kept)
+        report["memories"].append({"id": int(mid), "q_before": float(q), "q_after": new_q, "undone": len(undone),
+                                   "reapplied": len(kept)})
+    return report
