@@ -305,7 +305,7 @@ def quarantine(
         from memrl_cli import hygiene
 
         emit(hygiene.quarantine(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
-            f"quarantined {len(d['changed'])} memories" + (f"; already quarantined: {d['unchanged']}" if d["unchanged"]
+            f"quarantined {count(len(d['changed']), 'memory', 'memories')}" + (f"; already quarantined: {d['unchanged']}" if d["unchanged"]
                                                            else "")))
 
 
@@ -319,7 +319,7 @@ def release(
         from memrl_cli import hygiene
 
         emit(hygiene.release(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
-            f"released {len(d['changed'])} memories" + (f"; not quarantined: {d['unchanged']}" if d["unchanged"]
+            f"released {count(len(d['changed']), 'memory', 'memories')}" + (f"; not quarantined: {d['unchanged']}" if d["unchanged"]
                                                         else "")))
 
 
@@ -357,7 +357,8 @@ def undo(
 def _render_undo(d: dict[str, Any]) -> None:
     table(d["memories"], ["id", "q_before", "q_after", "undone", "reapplied"],
           "would change (dry run)" if d["dry_run"] else "changed")
-    print(f"{'would undo' if d['dry_run'] else 'undid'} {d['undone']} rewards, re-applying {d['reapplied']} later ones"
+    print(f"{'would undo' if d['dry_run'] else 'undid'} {count(d['undone'], 'reward', 'rewards')}, "
+          f"re-applying {count(d['reapplied'], 'later one', 'later ones')}"
           + (f"; {d['superseded']} matching rewards precede a set row and no longer count" if d["superseded"] else ""))
 
 

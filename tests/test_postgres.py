@@ -537,7 +537,7 @@ def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str) -
         reader.conn.execute = lambda sql, args=(): statements.append(sql) or execute(sql, args)  # type: ignore[method-assign]
         reader.retrieve("q", vector=vectors[0].tolist(), record=False)
         assert [s for s in statements if "FROM meta" in s] == [statements[0]]  # the counter, once
-        assert len(statements) == 3  # counter, KNN, the candidates' rows
+        assert len(statements) == 4  # counter, KNN, the neighbours' vectors (grouped recall), the candidates' rows
         writer.calibrate(mean=0.5, std=0.25)
         assert reader.similarity_stats() == (0.5, 0.25)
         assert reader.count() == 10

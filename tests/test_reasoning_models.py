@@ -78,7 +78,8 @@ def test_bench_fails_before_the_first_episode_when_the_model_rejects_temperature
         rejected = subprocess.run([*base, "--temperature", "0.3", "--runs-dir", str(tmp_path / "a")], env=cli_env(),
                                   capture_output=True, text=True, timeout=120)
         assert rejected.returncode == 1
-        assert len(rejected.stderr.strip().splitlines()) == 1, rejected.stderr
+        lines = rejected.stderr.strip().splitlines()  # the bank line every bench starts with, then one error line
+        assert len(lines) == 2 and lines[0].startswith("memrl: bank: ") and lines[1].startswith("memrl: error: "), lines
         assert "'temperature'" in rejected.stderr and "HTTP 400" in rejected.stderr
         assert not (tmp_path / "a").exists()  # nothing written: no run directory, no bank
         assert len(server.requests) == 1  # the check's single request, no episode
