@@ -322,12 +322,19 @@ def _start_mariadb() -> dict[str, Any]:
     return {"kind": "mariadb", "pid": process.pid, "root": str(root), "address": asdict(address)}
 
 
+_SOCKET_PATH_MAX = 107  # sockaddr_un.sun_path on Linux, less its terminating NUL
+
+
 def _start_docker(client: Any, directory: Path) -> dict[str, Any]:
     """Start the MariaDB container; `directory` (private) becomes its run directory."""
     import docker
 
     image = ensure_image(client, "llb-db")
-    run = Path(tempfile.mkdtemp(prefix="docker-", dir=directory))
+    run = Path(tempfile.mkdtemp(prefix="d", dir=directory))
+    if len(os.fsencode(run / "mysqld.sock")) > _SOCKET_PATH_MAX:
+        shutil.rmtree(run, ignore_errors=True)
+        raise MemrlError(f"the MariaDB socket path under {directory} is longer than a Unix socket allows "
+                         f"({_SOCKET_PATH_MAX} bytes): set TMPDIR to a shorter directory")
     password = secrets.token_hex(16)
     (run / "init.sql").write_text(f"ALTER USER root@localhost IDENTIFIED BY '{password}';\n")
     (run / "users.lock").touch()

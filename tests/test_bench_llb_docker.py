@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -264,19 +265,23 @@ finally:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "sigkill"])
-def test_no_container_outlives_an_interrupted_run(client: Any, tmp_path: Path, how: signal.Signals) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
-    closes = "closes" if how == signal.SIGINT else "dies"  # Ctrl-C unwinds through `finally`; signals do not
-    process = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN, closes], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line, process.stderr.read() if process.stderr else ""
-    containers = set(json.loads(line))
-    assert containers <= set(_containers(client))
-    process.send_signal(how)
-    process.wait(timeout=120)
-    deadline = time.monotonic() + 60
-    while containers & set(_containers(client)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not containers & set(_containers(client)), process.stderr.read() if process.stderr else ""
+def test_no_container_outlives_an_interrupted_run(client: Any, how: signal.Signals) -> None:
+    short = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # the server's socket path must fit a Unix socket
+    try:
+        env = {**os.environ, "TMPDIR": str(short), "PYTHONPATH": str(REPO)}
+        closes = "closes" if how == signal.SIGINT else "dies"  # Ctrl-C unwinds through `finally`; signals do not
+        process = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN, closes], cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line, process.stderr.read() if process.stderr else ""
+        containers = set(json.loads(line))
+        assert containers <= set(_containers(client))
+        process.send_signal(how)
+        process.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while containers & set(_containers(client)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not containers & set(_containers(client)), process.stderr.read() if process.stderr else ""
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
