@@ -3,6 +3,7 @@ on the passcode benchmark with a real Chat Completions server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import threading
@@ -23,6 +24,8 @@ from memrl_cli.llm import LLMSettings
 
 TOY = "toy_benchmark:Passcodes"
 METRICS = ("accuracy", "csr", "forgetting", "eval_accuracy", "last_epoch_accuracy", "final_csr", "episodes")
+
+PLOTS = importlib.util.find_spec("matplotlib") is not None
 
 
 def agent(request: dict) -> str:
@@ -149,7 +152,8 @@ def test_one_command_compares_every_method(tmp_path: Path):
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| method")]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == methods
     assert "pass@k" in table and "CSR" in table
-    assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
+    if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
+        assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
     stored = json.loads((tmp_path / "toy_benchmark_Passcodes-comparison.json").read_text())
     assert [s["method"] for s in stored] == methods
     by_method = {s["method"]: s for s in summaries}

@@ -15,6 +15,7 @@ import pytest
 from chat_server import ScriptedChatServer
 from toy_benchmark import responder
 
+from benchmarks import registry
 from benchmarks.harness import BenchConfig, run_benchmark, stratified_sample
 from benchmarks.protocol import Task
 from benchmarks.session import default_config, read_config
@@ -170,6 +171,10 @@ def test_bench_bigcodebench_without_config_runs_the_authors_protocol(tmp_path):
     def reply(request: dict) -> str:
         return "```python\ndef task_func(*args, **kwargs):\n    return None\n```"
 
+    try:
+        registry.require_extra("bigcodebench")
+    except MemrlError as exc:
+        pytest.skip(str(exc))
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "MEMRL_MODEL")}
     env["OPENAI_API_KEY"] = "sk-test"
     with ScriptedChatServer(reply) as chat:

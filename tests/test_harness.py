@@ -3,6 +3,7 @@ with a real Chat Completions server on 127.0.0.1 answering from a script."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -23,6 +24,8 @@ from memrl_cli.llm import LLMSettings
 
 TOY = "toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
+
+PLOTS = importlib.util.find_spec("matplotlib") is not None
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,8 @@ def test_memrl_learns_across_epochs(server, tmp_path):
         run = runs.get_run(bank, summary["run_id"])
         assert run["config"]["method"] == "memrl" and run["models"]["agent"] == "scripted"
         assert run["status"] == "finished"
-    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
+        assert (run_dir / "learning_curve.png").stat().st_size > 1000
     stored = (run_dir / "config.json").read_text() + (run_dir / "summary.json").read_text()
     assert "sk-test-planted-key" not in stored
 
@@ -201,7 +205,8 @@ def test_lambda_override_applies_to_memrl_only_and_config_method_is_used(server,
     lams = {s["method"]: json.loads((Path(s["bank"]).parent / "config.json").read_text())["config"]["lam"]
             for s in summaries}
     assert lams == {"memrl": 0.3, "rag": 0.0}
-    assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
+    if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
+        assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
 
 
 def test_resume_of_something_that_is_not_a_run_is_one_line(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 from chat_server import ScriptedChatServer
 from conftest import under_ci
 
-from benchmarks import hostile
+from benchmarks import hostile, registry
 from benchmarks.perf.hostile import data_paths
 from benchmarks.protocol import Benchmark
 from memrl_cli.errors import MemrlError
@@ -65,6 +65,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ben
             made[name] = "the bwrap OS sandbox needs root"
         else:
             try:
+                registry.require_extra(name)  # e.g. llb-db without the llb extra: its reason, not an import error
                 made[name] = hostile.make_adapter(name, paths, OPTIONS.get(name))
             except MemrlError as exc:
                 made[name] = str(exc)

@@ -105,9 +105,10 @@ def test_a_benchmark_without_its_extra_fails_in_one_line(monkeypatch: pytest.Mon
     # Fake "not installed" for pyarrow only: uninstalling from the shared venv is not an option here;
     # the CI core-only venv runs the same refusal for real (.ci/run).
     monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name: None if name == "pyarrow" else real(name))
+    missing = ", ".join(["pyarrow"] + [m for m in registry.EXTRAS["hle"][1][1:] if real(m) is None])
     with pytest.raises(MemrlError) as caught:
         registry.load("hle")
-    assert str(caught.value) == "memrl bench hle needs the hle extra (missing: pyarrow): pip install 'memrl[hle]'"
+    assert str(caught.value) == f"memrl bench hle needs the hle extra (missing: {missing}): pip install 'memrl[hle]'"
 
 
 CORE_RUN = """
