@@ -154,7 +154,7 @@ def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float
 
 def group_recall(ids: np.ndarray, sims: np.ndarray, vectors: np.ndarray, k1: int, group_threshold: float,
                  pool: int) -> tuple[list[int], list[float]]:
-    """Grouped Phase A over searched candidates (best first): (ids, group similarities) of the pool.
+    """Grouped Phase A over searched candidates (best first): (ids, own similarities) of the pool.
 
     Candidates join the first group whose best member has cosine ≥ `group_threshold` with them
     (identical vectors always do); the first k1 groups are recalled, each member with its own
