@@ -304,9 +304,8 @@ def quarantine(
     with command(as_json):
         from memrl_cli import hygiene
 
-        emit(hygiene.quarantine(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
-            f"quarantined {count(len(d['changed']), 'memory', 'memories')}" + (f"; already quarantined: {d['unchanged']}" if d["unchanged"]
-                                                           else "")))
+        emit(hygiene.quarantine(open_bank(db, create=False), ids, reason, by), as_json,
+             _render_marked("quarantined", "already quarantined"))
 
 
 @app.command()
@@ -318,9 +317,14 @@ def release(
     with command(as_json):
         from memrl_cli import hygiene
 
-        emit(hygiene.release(open_bank(db, create=False), ids, reason, by), as_json, lambda d: print(
-            f"released {count(len(d['changed']), 'memory', 'memories')}" + (f"; not quarantined: {d['unchanged']}" if d["unchanged"]
-                                                        else "")))
+        emit(hygiene.release(open_bank(db, create=False), ids, reason, by), as_json,
+             _render_marked("released", "not quarantined"))
+
+
+def _render_marked(done: str, unchanged: str) -> Callable[[dict[str, Any]], None]:
+    """The line `quarantine` / `release` print: how many changed, and which ids were already so."""
+    return lambda d: print(f"{done} {count(len(d['changed']), 'memory', 'memories')}"
+                           + (f"; {unchanged}: {d['unchanged']}" if d["unchanged"] else ""))
 
 
 @app.command("reset-q")
