@@ -667,10 +667,17 @@ class MemoryBank:
                                  params.sources)
         if not len(ids):
             return [], []
-        rows = self._by_ids("id, embedding", "memories", ids.tolist())
-        found = dict(zip((r[0] for r in rows), self.store.decode([r[1] for r in rows])))
-        vectors = np.stack([found[i] for i in ids.tolist()]).astype(np.float32)
-        return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
+        return group_recall(ids, sims, self._stored_vectors(ids), params.k1, params.group_threshold, params.pool)
+
+    def _stored_vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of `ids`, in order: rows of the in-process index when it holds them all
+        (stored vectors never change), else one read."""
+        held = self._scan.ids
+        rows = np.minimum(np.searchsorted(held, ids), max(len(held) - 1, 0))
+        if len(held) and np.array_equal(held[rows], ids):
+            return self._scan.matrix[rows]
+        found = {r[0]: r[1] for r in self._by_ids("id, embedding", "memories", ids.tolist())}
+        return self.store.decode([found[i] for i in ids.tolist()]).astype(np.float32)
 
     def q_stats(self) -> tuple[float, float]:
         """Bank-level (mean, std) of Q, shrunk to a prior: the `calibrated` and `ucb` selectors' z(Q)."""

@@ -162,18 +162,18 @@ def group_recall(ids: np.ndarray, sims: np.ndarray, vectors: np.ndarray, k1: int
     """
     order = np.lexsort((-ids, -sims))  # best first, newest first among ties
     ids, sims, vectors = ids[order], sims[order], vectors[order]
-    leaders: list[int] = []  # row of each group's best member
+    first: dict[bytes, int] = {}
+    same = np.array([first.setdefault(v.tobytes(), i) for i, v in enumerate(vectors)])  # identical vectors: one id
+    joins: list[list[bool]] = []  # per group (its best member first seen): which rows join it
     members: list[tuple[int, int]] = []  # (group, row)
     for row in range(len(ids)):
-        if leaders:
-            cos = vectors[leaders] @ vectors[row]
-            hit = np.flatnonzero((cos >= group_threshold) | np.all(vectors[leaders] == vectors[row], axis=1))
-            if len(hit):
-                members.append((int(hit[0]), row))
+        group = next((g for g, joined in enumerate(joins) if joined[row]), None)
+        if group is None:
+            if len(joins) == k1:
                 continue
-        if len(leaders) < k1:
-            leaders.append(row)
-            members.append((len(leaders) - 1, row))
+            joins.append((((vectors @ vectors[row]) >= group_threshold) | (same == same[row])).tolist())
+            group = len(joins) - 1
+        members.append((group, row))
     kept = sorted((row for _, row in members), key=lambda row: -int(ids[row]))[:pool]
     kept.sort()  # rows are already best first, newest first among ties
     return [int(ids[row]) for row in kept], [float(sims[row]) for row in kept]
