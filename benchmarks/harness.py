@@ -580,12 +580,19 @@ def write_comparison(summaries: list[dict[str, Any]], runs_dir: str) -> dict[str
     return paths
 
 
+def epoch_line(summary: dict[str, Any], epoch: int) -> str:
+    """An epoch's accuracy and CSR, or why it played nothing (pass@k once every task is solved)."""
+    if epoch not in summary["accuracy"]:
+        return "nothing to play (every training task already solved)"
+    return f"accuracy {summary['accuracy'][epoch]:.3f}  CSR {summary['csr'][epoch]:.3f}"
+
+
 def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:
     """A plain progress callback: one line per finished epoch (for logs and non-terminals)."""
     def report(event: str, data: dict[str, Any]) -> None:
         if event == "epoch_done":
             s = data["summary"]
             e = data["epoch"]
-            stream.write(f"epoch {e}: accuracy {s['accuracy'].get(e, 0):.3f}  CSR {s['csr'].get(e, 0):.3f}\n")
+            stream.write(f"epoch {e}: {epoch_line(s, e)}\n")
             stream.flush()
     return report

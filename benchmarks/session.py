@@ -23,7 +23,8 @@ from typing import Any, Callable
 import yaml
 
 from benchmarks import registry
-from benchmarks.harness import BenchConfig, check_method, progress_printer, run_benchmark, write_comparison
+from benchmarks.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
+                                write_comparison)
 from benchmarks.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
@@ -167,8 +168,7 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
             elif event == "epoch_done":
                 s = data["summary"]
                 state["csr"] = s["csr"].get(data["epoch"], state["csr"])
-                bar.console.print(f"epoch {data['epoch']}: accuracy {s['accuracy'].get(data['epoch'], 0):.3f}  "
-                                  f"CSR {state['csr']:.3f}")
+                bar.console.print(f"epoch {data['epoch']}: {epoch_line(s, data['epoch'])}")
             if event == "episode":
                 acc = state["ok"] / state["n"] if state["n"] else 0.0
                 bar.update(task, advance=1, description=f"{total_hint} epoch {state['epoch']} "

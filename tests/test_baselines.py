@@ -4,6 +4,7 @@ on the passcode benchmark with a real Chat Completions server on 127.0.0.1."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import re
 import threading
@@ -15,7 +16,7 @@ from chat_server import ScriptedChatServer
 from toy_benchmark import code, responder
 
 from benchmarks.baselines import ADJUST_SYSTEM, REFLEXION_WINDOW
-from benchmarks.harness import BenchConfig, run_benchmark
+from benchmarks.harness import BenchConfig, comparison_table, progress_printer, run_benchmark
 from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
 from benchmarks.session import bench
 from memrl_cli import inspection
@@ -148,7 +149,9 @@ def dying_server(after: int) -> ScriptedChatServer:
     return holder[0]
 
 
-@pytest.mark.parametrize("method", ["rag", "none", "memp", "reflexion", "self-rag", "pass@k"])
+@pytest.mark.parametrize("method", [pytest.param("rag", marks=pytest.mark.slow),  # memrl's code path (tested by default
+                                    pytest.param("none", marks=pytest.mark.slow),  # in test_reasoning_models)
+                                    "memp", "reflexion", "self-rag", "pass@k"])
 def test_baselines_resume_to_the_same_metrics(tmp_path: Path, method: str):
     with ScriptedChatServer(agent) as server:
         expected = run_benchmark(config(method), settings(server), runs_dir=str(tmp_path / "full"), workers=0)
@@ -178,6 +181,8 @@ def test_one_command_compares_every_method(tmp_path: Path):
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| method")]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == methods
     assert "pass@k" in table and "CSR" in table
+    cells = {row.split(" | ")[0].strip("| "): row.split(" | ") for row in rows}
+    assert cells["pass@k"][-4] == cells["pass@k"][-5] != "–" and cells["self-rag"][-4] == "–"  # pass@k = its CSR
     if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
         assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
     stored = json.loads((tmp_path / "toy_benchmark_Passcodes-comparison.json").read_text())
@@ -256,3 +261,10 @@ def test_pass_at_k_retries_only_unsolved_tasks_without_memory(tmp_path: Path):
     assert not any(r["messages"][0]["content"] in (SCRIPT_SYSTEM, REFLECTION_SYSTEM) for r in requests)
     with MemoryBank(summary["bank"], create=False) as bank:
         assert bank.count() == 0
+    with ScriptedChatServer(agent) as server:  # only room 1: solved at once, nothing left to retry
+        solved = run_benchmark(replace(config("pass@k"), options={"rooms": 1}, eval_splits=[]), settings(server),
+                               runs_dir=str(tmp_path), workers=0, on_progress=progress_printer(lines := io.StringIO()))
+    assert solved["epochs"] == [1] and solved["final_csr"] == 1.0
+    assert "epoch 2: nothing to play (every training task already solved)" in lines.getvalue()
+    row = comparison_table([summary, solved]).splitlines()[-1]
+    assert row.split(" | ")[:4] == ["| pass@k", "1.000", "–", "–"]
