@@ -10,8 +10,9 @@
   one trial per epoch, so `--epochs` is the number of trials) sees the task's most recent
   reflections, at most `REFLEXION_WINDOW` (the paper's bound of 1-3 kept in its memory).
 
-Self-RAG needs its trained critic model (reflection tokens), which none of these benchmarks'
-agents has, so it is not offered; `none` over k epochs gives pass@k (its CSR after epoch k).
+Self-RAG (prompted reflection judgements in place of its trained critic) lives in
+`benchmarks.self_rag`. pass@k is `--method pass@k` (the harness retries only unsolved tasks,
+without memory); `none` over k epochs gives the same figure as its CSR after epoch k.
 """
 
 from __future__ import annotations

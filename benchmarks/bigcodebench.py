@@ -188,7 +188,14 @@ class BigCodeBench:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
-        reply = llm.chat(self.messages(task, memories), **self.llm_params)
+        return self.grade(task, self.generate(task, memories, llm), llm)
+
+    def generate(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> str:
+        """The model's reply to the task with `memories` in the prompt (not yet evaluated)."""
+        return llm.chat(self.messages(task, memories), **self.llm_params)
+
+    def grade(self, task: Task, reply: str, llm: LLM) -> Episode:
+        """The code in `reply` run against the task's tests in the sandbox."""
         code = extract_code(reply)
         verdict = self.evaluate(code, task.payload["test"])
         trajectory = (

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, metrics, registry
+from benchmarks import baselines, metrics, registry, self_rag
 from benchmarks.protocol import Benchmark, Episode, Task
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank, MemoryInput
@@ -48,7 +48,10 @@ from memrl_cli.retrieve import RetrieveParams
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
 METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
 METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
-UNREWARDED = {"memp", "reflexion"}  # memory methods that learn no utility
+METHODS["self-rag"] = 0.0  # Self-RAG (benchmarks/self_rag.py): similarity retrieval, then the model's own critique
+METHODS["pass@k"] = None  # the authors' pass@k: no memory, each epoch retries only the tasks not yet solved
+UNREWARDED = {"memp", "reflexion", "self-rag"}  # memory methods that learn no utility
+MEMORYLESS = {"none", "pass@k"}
 METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5})  # improved Phase-B selectors (docs/learning.md)
 SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned"}  # method → Phase-B selector
 
@@ -106,7 +109,7 @@ class BenchConfig:
             raise MemrlError(f"unknown method {self.method!r}; choose {', '.join(METHODS)}")
         if self.lam is None:
             self.lam = METHODS[self.method]
-        elif self.method in ("rag", "memp") and self.lam != 0:
+        elif self.method in ("rag", "memp", "self-rag") and self.lam != 0:
             raise MemrlError(f"{self.method} is similarity-only retrieval (λ = 0); use --method memrl --lambda X "
                              "for another λ")
         if isinstance(self.eval_splits, str):
@@ -136,13 +139,13 @@ class BenchConfig:
             if value is not None:
                 _check_finite(name, value)
         check_reward(1.0, self.alpha)  # α in (0, 1]
-        if self.method != "none":
+        if self.uses_memory:
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε
 
     @property
     def uses_memory(self) -> bool:
-        """False for the no-memory baseline."""
-        return self.method != "none"
+        """False for the no-memory baselines (none, pass@k)."""
+        return self.method not in MEMORYLESS
 
     @property
     def learns_q(self) -> bool:
@@ -164,11 +167,13 @@ class BenchConfig:
 
 @dataclass
 class Played:
-    """What a worker sends back: the episode, its memory text (training only), token usage."""
+    """What a worker sends back: the episode, its memory text (training only), token usage, and the
+    memories the answer used when a method narrows the retrieved ones (self-rag; None: all of them)."""
 
     episode: Episode
     experience: str | None
     usage: dict[str, int]
+    used: list[int] | None = None
 
 
 # -- worker side (runs in each worker process) -----------------------------------------
@@ -202,12 +207,16 @@ def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str =
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
     assert _ADAPTER is not None and _LLM is not None
-    episode = _ADAPTER.run_episode(task, memories, _LLM)
+    used = None
+    if method == "self-rag":
+        episode, used = self_rag.play(_ADAPTER, task, memories, _LLM)  # type: ignore[arg-type]
+    else:
+        episode = _ADAPTER.run_episode(task, memories, _LLM)
     experience = None
     if learn and not episode.env_error:
         experience = _experience(_LLM, method, task, memories, episode) if uses_llm(_ADAPTER) \
             else f"TRAJECTORY:\n{episode.trajectory}"  # an LLM-free adapter's trajectory is its memory
-    return Played(episode, experience, _LLM.take_usage())
+    return Played(episode, experience, _LLM.take_usage(), used)
 
 
 def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[str, Any]],
@@ -218,6 +227,13 @@ def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[st
     if method == "reflexion" and episode.success:  # Reflexion reflects on failed trials only
         return None
     return distil(llm, task.query, episode.trajectory, episode.success)
+
+
+def check_method(method: str, name: str, adapter: Any) -> None:
+    """Refuse, in one line, a method the benchmark cannot run (`adapter`: its class or an instance)."""
+    if method == "self-rag" and not self_rag.applies(adapter):
+        raise MemrlError(f"self-rag does not apply to {name}: it needs an episode that is one LLM generation graded "
+                         "afterwards (bigcodebench, hle), not a multi-step or LLM-free environment")
 
 
 def uses_llm(adapter: Any) -> bool:
@@ -338,7 +354,7 @@ class Run:
                                                                            played)):
                 ep = p.episode
                 reward = c.success_reward if ep.success else c.failure_reward
-                memory_ids = [m["id"] for m in injected]
+                memory_ids = [m["id"] for m in injected] if p.used is None else p.used
                 new_id = None
                 if p.experience is not None and c.method == "memp" and not ep.success:
                     self.bank.revise(memory_ids[0], p.experience)  # MemP's adjustment, in place
@@ -370,6 +386,11 @@ class Run:
                 if ("eval", split, epoch, batch) not in done:
                     self.play_batch(pool, "eval", split, epoch, batch, start, tasks[start:start + self.config.batch_size])
 
+    def retries(self, epoch: int) -> list[Task]:
+        """pass@k's stream for `epoch`: the training tasks no earlier epoch solved (the authors' baseline)."""
+        solved = {r["task_id"] for r in self.records() if r["phase"] == "train" and r["epoch"] < epoch and r["success"]}
+        return [t for t in self.train if t.id not in solved]
+
     def loop(self, pool: Executor) -> None:
         """All epochs; committed batches are skipped, so this also resumes."""
         c = self.config
@@ -382,9 +403,10 @@ class Run:
             self.evaluate(pool, 0, done)
         for epoch in range(1, c.epochs + 1):
             self.on_progress("epoch", {"epoch": epoch})
-            for batch, start in enumerate(range(0, len(self.train), c.batch_size)):
+            train = self.retries(epoch) if c.method == "pass@k" else self.train
+            for batch, start in enumerate(range(0, len(train), c.batch_size)):
                 if ("train", "train", epoch, batch) not in done:
-                    self.play_batch(pool, "train", "train", epoch, batch, start, self.train[start:start + c.batch_size])
+                    self.play_batch(pool, "train", "train", epoch, batch, start, train[start:start + c.batch_size])
             if self.evals and (epoch % c.eval_every == 0 or epoch == c.epochs):
                 self.evaluate(pool, epoch, done)
             self.on_progress("epoch_done", {"epoch": epoch, "summary": metrics.summarise(self.records())})
@@ -418,6 +440,7 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         train = stratified_sample(adapter.tasks(adapter.train_split), config.limit, config.seed, "train")
         evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
         needs_llm = uses_llm(adapter)
+        check_method(config.method, config.benchmark, adapter)
     finally:
         adapter.close()
     if not train:
@@ -532,14 +555,16 @@ def plot_learning_curves(summaries: list[dict[str, Any]], path: Path) -> None:
 
 def comparison_table(summaries: list[dict[str, Any]]) -> str:
     """The methods side by side (Markdown): accuracy per epoch, last-epoch accuracy, CSR, forgetting,
-    the last evaluation, tokens. For `none`, CSR after k epochs is pass@k (solved in any of k tries)."""
-    epochs = list(summaries[0]["accuracy"])
+    the last evaluation, tokens. For `none` and `pass@k`, CSR after k epochs is pass@k (solved in any
+    of k tries); an epoch a method did not play (pass@k once every task is solved) shows "–"."""
+    epochs = sorted({e for s in summaries for e in s["accuracy"]})
     head = ["method", *[f"ep {e}" for e in epochs], "last acc", "CSR", "pass@k", "forgetting", "eval", "tokens"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         evals = "; ".join(f"{split} {list(v.values())[-1]:.3f}" for split, v in s["eval_accuracy"].items() if v)
-        cells = [s["method"], *[f"{s['accuracy'].get(e, 0):.3f}" for e in epochs], f"{s['last_epoch_accuracy']:.3f}",
-                 f"{s['final_csr']:.3f}", f"{s['final_csr']:.3f}" if s["method"] == "none" else "–",
+        cells = [s["method"], *[f"{s['accuracy'][e]:.3f}" if e in s["accuracy"] else "–" for e in epochs],
+                 f"{s['last_epoch_accuracy']:.3f}", f"{s['final_csr']:.3f}",
+                 f"{s['final_csr']:.3f}" if s["method"] in MEMORYLESS else "–",
                  f"{s['forgetting_rate']:.3f}", evals or "–", str(s["usage"].get("total_tokens", 0))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -555,12 +580,19 @@ def write_comparison(summaries: list[dict[str, Any]], runs_dir: str) -> dict[str
     return paths
 
 
+def epoch_line(summary: dict[str, Any], epoch: int) -> str:
+    """An epoch's accuracy and CSR, or why it played nothing (pass@k once every task is solved)."""
+    if epoch not in summary["accuracy"]:
+        return "nothing to play (every training task already solved)"
+    return f"accuracy {summary['accuracy'][epoch]:.3f}  CSR {summary['csr'][epoch]:.3f}"
+
+
 def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:
     """A plain progress callback: one line per finished epoch (for logs and non-terminals)."""
     def report(event: str, data: dict[str, Any]) -> None:
         if event == "epoch_done":
             s = data["summary"]
             e = data["epoch"]
-            stream.write(f"epoch {e}: accuracy {s['accuracy'].get(e, 0):.3f}  CSR {s['csr'].get(e, 0):.3f}\n")
+            stream.write(f"epoch {e}: {epoch_line(s, e)}\n")
             stream.flush()
     return report

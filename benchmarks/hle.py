@@ -148,8 +148,15 @@ class HLE:
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
         """Ask the question once with `memories` in the prompt, then grade the answer."""
+        return self.grade(task, self.generate(task, memories, llm), llm)
+
+    def generate(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> str:
+        """The model's response to the question with `memories` in the prompt (not yet graded)."""
+        return llm.chat(build_messages(task.payload, memories))
+
+    def grade(self, task: Task, response: str, llm: LLM) -> Episode:
+        """The response graded: locally when the answer is unambiguous, else by the judge (through `llm`)."""
         question = task.payload
-        response = llm.chat(build_messages(question, memories))
         extracted = extract_answer(response)
         info: dict[str, Any] = {
             "category": question["category"],

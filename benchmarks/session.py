@@ -23,7 +23,8 @@ from typing import Any, Callable
 import yaml
 
 from benchmarks import registry
-from benchmarks.harness import BenchConfig, progress_printer, run_benchmark, write_comparison
+from benchmarks.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
+                                write_comparison)
 from benchmarks.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
@@ -167,8 +168,7 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
             elif event == "epoch_done":
                 s = data["summary"]
                 state["csr"] = s["csr"].get(data["epoch"], state["csr"])
-                bar.console.print(f"epoch {data['epoch']}: accuracy {s['accuracy'].get(data['epoch'], 0):.3f}  "
-                                  f"CSR {state['csr']:.3f}")
+                bar.console.print(f"epoch {data['epoch']}: {epoch_line(s, data['epoch'])}")
             if event == "episode":
                 acc = state["ok"] / state["n"] if state["n"] else 0.0
                 bar.update(task, advance=1, description=f"{total_hint} epoch {state['epoch']} "
@@ -188,7 +188,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
     config = config or default_config(name)
-    registry.load(name)  # an unknown benchmark or a missing extra: one line, before anything starts
+    adapter = registry.load(name)  # an unknown benchmark or a missing extra: one line, before anything starts
     settings = read_config(config)
     chosen = [m.strip() for m in (methods or settings.get("method") or "memrl").split(",")]
     if len(chosen) > 1 and (db or resume):
@@ -203,6 +203,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         if method != "memrl":
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
+        check_method(method, name, adapter)
     check_llm_choice(config, llm_flags, local_llm)
     sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
     summaries = []
@@ -247,8 +248,9 @@ def render_summaries(data: dict[str, Any]) -> None:
     for s in summaries:
         per_epoch.add_column(f"{s['method']} acc", no_wrap=True)
         per_epoch.add_column(f"{s['method']} CSR", no_wrap=True)
-    for e in summaries[0]["epochs"]:
-        per_epoch.add_row(str(e), *[f"{v:.3f}" for s in summaries for v in (s["accuracy"][e], s["csr"][e])])
+    for e in sorted({e for s in summaries for e in s["epochs"]}):
+        per_epoch.add_row(str(e), *[f"{v:.3f}" if v is not None else "–" for s in summaries
+                                    for v in (s["accuracy"].get(e), s["csr"].get(e))])
     headline = Table()
     for label in ("method", "last acc", "CSR", "forgetting", "eval"):
         headline.add_column(label, no_wrap=label != "eval")

@@ -556,7 +556,8 @@ def doctor(
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
     method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none, memrl-cal, memrl-ucb, memrl-ctx, "
-                                                    "memp, reflexion; comma-separate to compare."),
+                                                    "memp, reflexion, self-rag (bigcodebench, hle), pass@k; "
+                                                    "comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),
     limit: Optional[int] = typer.Option(None, help="Use a seeded sample of N training tasks, stratified by task type."),

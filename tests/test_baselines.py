@@ -4,6 +4,7 @@ on the passcode benchmark with a real Chat Completions server on 127.0.0.1."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import re
 import threading
@@ -15,11 +16,13 @@ from chat_server import ScriptedChatServer
 from toy_benchmark import code, responder
 
 from benchmarks.baselines import ADJUST_SYSTEM, REFLEXION_WINDOW
-from benchmarks.harness import BenchConfig, run_benchmark
+from benchmarks.harness import BenchConfig, comparison_table, progress_printer, run_benchmark
+from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
 from benchmarks.session import bench
 from memrl_cli import inspection
-from memrl_cli.bank import MemoryBank
+from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
+from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_cli.llm import LLMSettings
 
 TOY = "toy_benchmark:Passcodes"
@@ -28,10 +31,34 @@ METRICS = ("accuracy", "csr", "forgetting", "eval_accuracy", "last_epoch_accurac
 PLOTS = importlib.util.find_spec("matplotlib") is not None
 
 
+def critic(request: dict) -> str | None:
+    """Self-RAG's judgements, as a careful model would make them on the toy benchmark (None: not a critique).
+
+    Room 1 it knows by heart (no retrieval); a note is relevant when it is about the task's room; an
+    answer is fully supported by a note that states it, partially by one that only guesses it."""
+    system, user = request["messages"][0]["content"], str(request["messages"][-1]["content"])
+    room = re.search(r"room (\d+)", user.partition("\n\nNote")[0])
+    note = user.partition("\n\nAnswer:")[0]
+    if system == RETRIEVE_SYSTEM:
+        return "No." if room and room.group(1) == "1" else "Yes"
+    if system == ISREL_SYSTEM:
+        return "Relevant" if room and re.search(rf"room {room.group(1)}\b", note.partition("Note")[2]) else "Irrelevant"
+    if system == ISSUP_SYSTEM:
+        answer = user.rpartition("Answer:\n")[2].strip()
+        return ("No support" if answer not in note else "Partially supported" if "guess" in note
+                else "Fully supported")
+    if system == ISUSE_SYSTEM:
+        return "5" if user.rpartition("Answer:\n")[2].strip().isdigit() else "1"
+    return None
+
+
 def agent(request: dict) -> str:
-    """The toy LLM, which also knows room 1's code by heart and revises procedures faithfully."""
+    """The toy LLM, which also knows room 1's code by heart, revises procedures faithfully and critiques."""
     messages = request["messages"]
     text = "\n".join(str(m["content"]) for m in messages)
+    judgement = critic(request)
+    if judgement is not None:
+        return judgement
     if messages[0]["content"] == ADJUST_SYSTEM:
         found = re.findall(r"passcode of room (\d+) is (\d+)", text)
         return f"Remember: the passcode of room {found[-1][0]} is {found[-1][1]}." if found else "Answer again."
@@ -122,7 +149,9 @@ def dying_server(after: int) -> ScriptedChatServer:
     return holder[0]
 
 
-@pytest.mark.parametrize("method", ["memp", "reflexion"])
+@pytest.mark.parametrize("method", [pytest.param("rag", marks=pytest.mark.slow),  # memrl's code path (tested by default
+                                    pytest.param("none", marks=pytest.mark.slow),  # in test_reasoning_models)
+                                    "memp", "reflexion", "self-rag", "pass@k"])
 def test_baselines_resume_to_the_same_metrics(tmp_path: Path, method: str):
     with ScriptedChatServer(agent) as server:
         expected = run_benchmark(config(method), settings(server), runs_dir=str(tmp_path / "full"), workers=0)
@@ -140,7 +169,7 @@ def test_baselines_resume_to_the_same_metrics(tmp_path: Path, method: str):
 
 
 def test_one_command_compares_every_method(tmp_path: Path):
-    methods = ["memrl", "rag", "none", "memp", "reflexion"]
+    methods = ["memrl", "rag", "none", "memp", "reflexion", "self-rag", "pass@k"]
     with ScriptedChatServer(agent) as server:
         summaries = bench(TOY, ",".join(methods), {"epochs": 2, "batch_size": 2, "threshold": 0.3,
                                                    "eval_splits": ["val"]}, {"rooms": 3}, config=None,
@@ -152,9 +181,90 @@ def test_one_command_compares_every_method(tmp_path: Path):
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| method")]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == methods
     assert "pass@k" in table and "CSR" in table
+    cells = {row.split(" | ")[0].strip("| "): row.split(" | ") for row in rows}
+    assert cells["pass@k"][-4] == cells["pass@k"][-5] != "–" and cells["self-rag"][-4] == "–"  # pass@k = its CSR
     if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
         assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
     stored = json.loads((tmp_path / "toy_benchmark_Passcodes-comparison.json").read_text())
     assert [s["method"] for s in stored] == methods
     by_method = {s["method"]: s for s in summaries}
     assert by_method["memrl"]["accuracy"][2] == 1.0 and by_method["none"]["accuracy"][2] < 1.0
+
+
+GUESS = "REFLECTION:\nI guess the passcode of room 2 is 1234.\n\nTRAJECTORY:\n> answer 1234"
+
+
+def test_self_rag_retrieves_on_demand_keeps_relevant_memories_and_answers_with_the_best_critiqued_one(tmp_path: Path):
+    bank_path = str(tmp_path / "bank.db")
+    with MemoryBank(bank_path) as bank:  # a misleading note: relevant to room 2, but only a guess
+        guess = bank.ingest_many([MemoryInput(intent="What is the passcode of room 2?", experience=GUESS,
+                                              outcome="failure", task_id="train/room2", source="seed")])[0].id
+    with ScriptedChatServer(agent) as server:
+        summary = run_benchmark(config("self-rag"), settings(server), bank_path=bank_path, runs_dir=str(tmp_path),
+                                workers=0)
+        requests = server.requests
+    # room 1 is known by heart ([Retrieve] No); room 2 first follows the only relevant note, the guess (wrong),
+    # then has the guess and its reflection: the critique prefers the reflection's fully supported answer
+    assert summary["accuracy"] == {1: 0.25, 2: 1.0, 3: 1.0}
+    log = tmp_path / summary["run_id"] / "episodes.jsonl"
+    records = [r for r in map(json.loads, log.read_text().splitlines()) if r["phase"] == "train"]
+    with MemoryBank(bank_path, create=False) as bank:
+        rows = bank.conn.execute("SELECT id, task_id, metadata, q, visits FROM memories").fetchall()
+        assert bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0  # no utility learned
+        assert inspection.verify(bank)["ok"]
+    task_of = {r[0]: r[1] for r in rows}
+    trace = {r[0]: json.loads(r[2]).get("self_rag") for r in rows}
+    assert {(r[3], r[4]) for r in rows} == {(0.0, 0)}
+    for r in records:  # an answer uses at most one memory, always one of the task's own room
+        assert len(r["memory_ids"]) <= 1 and all(task_of[m] == r["task_id"] for m in r["memory_ids"])
+        assert r["new_memory_id"] is not None  # every episode is stored, as rag does
+        t = trace[r["new_memory_id"]]
+        assert t["retrieve"] == (r["task_id"] != "train/room1" and r["retrieval_id"] is not None)
+        assert all(task_of[m] == r["task_id"] for m in t["relevant"])
+        assert r["memory_ids"] == ([t["chosen"]] if t["chosen"] is not None else [])
+    room2 = {r["epoch"]: r for r in records if r["task_id"] == "train/room2"}
+    assert room2[1]["memory_ids"] == [guess] and not room2[1]["success"]
+    second = trace[room2[2]["new_memory_id"]]
+    assert sorted(second["relevant"]) == sorted([guess, room2[1]["new_memory_id"]])
+    assert second["scores"] == {str(guess): 1.0, str(room2[1]["new_memory_id"]): 1.5}  # 1·s(IsSup) + 0.5·s(IsUse)
+    assert room2[2]["memory_ids"] == [room2[1]["new_memory_id"]] and room2[2]["success"]
+    # the model was asked about room 1 once per episode ([Retrieve]) and never judged a memory for it
+    judged = [r for r in requests if r["messages"][0]["content"] == ISREL_SYSTEM]
+    assert judged and not any("room 1?" in r["messages"][-1]["content"].partition("\n\nNote")[0] for r in judged)
+    assert all("temperature" not in r for r in requests)
+
+
+def test_self_rag_refuses_a_multi_step_benchmark_before_writing_anything(tmp_path: Path):
+    pytest.importorskip("alfworld")
+    with pytest.raises(MemrlError, match="self-rag does not apply to alfworld: .*one LLM generation"):
+        bench("alfworld", "memrl,self-rag", {"epochs": 1}, {}, config=None,
+              llm_flags={"base_url": "http://127.0.0.1:9/v1", "model": "m"}, local_llm=False, workers=0,
+              runs_dir=str(tmp_path / "runs"), resume=None, db=None, show_progress=False)
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(MemrlError, match="self-rag does not apply to benchmarks.learning.synthetic:Synthetic"):
+        run_benchmark(BenchConfig(benchmark="benchmarks.learning.synthetic:Synthetic", method="self-rag"),
+                      LLMSettings(model="m", base_url="http://127.0.0.1:9/v1", api_key="k"),
+                      runs_dir=str(tmp_path / "runs"), workers=0)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_pass_at_k_retries_only_unsolved_tasks_without_memory(tmp_path: Path):
+    with ScriptedChatServer(agent) as server:
+        summary = run_benchmark(config("pass@k"), settings(server), runs_dir=str(tmp_path), workers=0)
+        requests = server.requests
+    train = [r for r in episodes(summary) if r["phase"] == "train"]
+    # room 1 (known by heart) is solved in try 1 and never replayed; rooms 2-4 are retried, never with memory
+    assert [sum(1 for r in train if r["epoch"] == e) for e in (1, 2, 3)] == [4, 3, 3]
+    assert [r["task_id"] for r in train if r["epoch"] > 1 and r["task_id"] == "train/room1"] == []
+    assert summary["csr"] == {1: 0.25, 2: 0.25, 3: 0.25} and summary["final_csr"] == 0.25  # pass@1..pass@3
+    assert all(not r["memory_ids"] and r["new_memory_id"] is None for r in episodes(summary))
+    assert not any(r["messages"][0]["content"] in (SCRIPT_SYSTEM, REFLECTION_SYSTEM) for r in requests)
+    with MemoryBank(summary["bank"], create=False) as bank:
+        assert bank.count() == 0
+    with ScriptedChatServer(agent) as server:  # only room 1: solved at once, nothing left to retry
+        solved = run_benchmark(replace(config("pass@k"), options={"rooms": 1}, eval_splits=[]), settings(server),
+                               runs_dir=str(tmp_path), workers=0, on_progress=progress_printer(lines := io.StringIO()))
+    assert solved["epochs"] == [1] and solved["final_csr"] == 1.0
+    assert "epoch 2: nothing to play (every training task already solved)" in lines.getvalue()
+    row = comparison_table([summary, solved]).splitlines()[-1]
+    assert row.split(" | ")[:4] == ["| pass@k", "1.000", "–", "–"]

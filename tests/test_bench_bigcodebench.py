@@ -192,6 +192,46 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
         assert bank.conn.execute("SELECT count(*) FROM rewards WHERE reward = 1").fetchone()[0] >= 2
 
 
+@pytest.mark.slow
+@needs_data
+@needs_bwrap
+def test_self_rag_on_bigcodebench_through_the_harness(tmp_path: Path) -> None:
+    """BigCodeBench is a single generation, so self-rag applies: relevance per memory, one graded program."""
+    from chat_server import distilling
+
+    from benchmarks.harness import BenchConfig, run_benchmark
+    from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
+    from memrl_cli.bank import MemoryBank
+
+    rows = rows_by_id()
+    bench = BigCodeBench(data=str(DATA), stdlib_only=True, sandbox="none")
+    tasks = bench.tasks("train") + bench.tasks("val")
+    replies = {t.query: fenced(canonical_program(rows[t.id])) for t in tasks}
+    verdicts = {RETRIEVE_SYSTEM: "Yes", ISSUP_SYSTEM: "Fully supported", ISUSE_SYSTEM: "5"}
+
+    def agent(request: dict) -> str:
+        system, user = request["messages"][0]["content"], request["messages"][-1]["content"]
+        if system == ISREL_SYSTEM:  # relevant: a note left by the same task
+            task, _, note = user.partition("\n\nNote (from a past episode on: ")
+            return "Relevant" if note.startswith(task.removeprefix("Task:\n") + "):") else "Irrelevant"
+        return verdicts.get(system) or replies[user]
+
+    with ScriptedChatServer(distilling(agent)) as server:
+        config = BenchConfig(benchmark="bigcodebench", method="self-rag", epochs=2, batch_size=2, limit=2, seed=1,
+                             data=str(DATA), options={"stdlib_only": True, "timeout": 30})
+        summary = run_benchmark(config, LLMSettings(model="scripted", base_url=server.base_url, api_key="test"),
+                                runs_dir=str(tmp_path), workers=0)
+        systems = [r["messages"][0]["content"] for r in server.requests]
+    assert summary["accuracy"] == {1: 1.0, 2: 1.0}
+    assert systems.count(RETRIEVE_SYSTEM) >= 2 and systems.count(ISREL_SYSTEM) >= 2
+    with MemoryBank(summary["bank"], create=False) as bank:
+        task_of = dict(bank.conn.execute("SELECT id, task_id FROM memories").fetchall())
+        assert bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
+    log = Path(summary["bank"]).parent / "episodes.jsonl"
+    second = [r for r in map(json.loads, log.read_text().splitlines()) if r["epoch"] == 2]
+    assert [[task_of[m] for m in r["memory_ids"]] for r in second] == [[r["task_id"]] for r in second]
+
+
 @needs_data
 @pytest.mark.parametrize("subset", ["full", "hard"])
 def test_without_a_split_file_the_authors_split_is_reproduced(tmp_path: Path, subset: str) -> None:

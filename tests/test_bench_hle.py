@@ -408,3 +408,47 @@ def test_bench_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None
     assert summary["accuracy"] == {1: 1.0, 2: 1.0} and summary["tasks"] == len(ROWS)
     with MemoryBank(summary["bank"], create=False) as bank:
         assert bank.count() == len(ROWS) and verify(bank)["ok"]
+
+
+def test_self_rag_plays_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None:
+    """HLE is a single generation: self-rag judges relevance per memory, critiques several answers, grades one."""
+    from chat_server import distilling
+
+    from benchmarks.harness import BenchConfig, run_benchmark
+    from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
+    from memrl_cli.bank import MemoryBank
+
+    answers = {row["question"]: row["answer"] for row in ROWS}
+
+    def about(text: str) -> str:
+        return next(q for q in answers if q in text)
+
+    def agent(request: dict[str, Any]) -> str:
+        system, user = request["messages"][0]["content"], json.dumps(user_content(request))
+        if system == RETRIEVE_SYSTEM:
+            return "Yes"
+        if system == ISREL_SYSTEM:  # relevant: a note about the same question
+            task, _, note = user.partition("Note (from a past episode on: ")
+            return "Relevant" if note.startswith(about(task)) else "Irrelevant"
+        if system == ISSUP_SYSTEM:
+            return "Fully supported"
+        if system == ISUSE_SYSTEM:
+            return "4"
+        how = "recalled" if len(request["messages"]) > 2 else "known"  # a memory block is a system message of its own
+        return f"Explanation: {how}.\nAnswer: {answers[about(user)]}\nConfidence: 90%"
+
+    with ScriptedChatServer(distilling(agent)) as server:
+        config = BenchConfig(benchmark="hle", method="self-rag", epochs=3, batch_size=3, data=str(jsonl_file),
+                             threshold=0.2)
+        summary = run_benchmark(config, LLMSettings(model="scripted", base_url=server.base_url, api_key="test"),
+                                runs_dir=str(tmp_path), workers=0)
+        systems = [r["messages"][0]["content"] for r in server.requests]
+    assert summary["accuracy"] == {1: 1.0, 2: 1.0, 3: 1.0}
+    assert systems.count(ISREL_SYSTEM) > 0 and systems.count(ISSUP_SYSTEM) == systems.count(ISUSE_SYSTEM) > 0
+    with MemoryBank(summary["bank"], create=False) as bank:
+        task_of = dict(bank.conn.execute("SELECT id, task_id FROM memories").fetchall())
+        assert bank.count() == 2 * len(ROWS)  # "known" (epoch 1) and "recalled" (epochs 2 and 3: the same text)
+    log = Path(summary["bank"]).parent / "episodes.jsonl"
+    for record in map(json.loads, log.read_text().splitlines()):
+        assert all(task_of[m] == record["task_id"] for m in record["memory_ids"])  # only its own question's notes
+        assert len(record["memory_ids"]) == (record["epoch"] > 1)  # one answer graded, from one memory

@@ -83,8 +83,10 @@ def test_bench_fails_before_the_first_episode_when_the_model_rejects_temperature
         assert "'temperature'" in rejected.stderr and "HTTP 400" in rejected.stderr
         assert not (tmp_path / "a").exists()  # nothing written: no run directory, no bank
         assert len(server.requests) == 1  # the check's single request, no episode
-        ok = subprocess.run([*base, "--runs-dir", str(tmp_path / "b"), "--json"], env=cli_env(), capture_output=True,
-                            text=True, timeout=120)
+        unset = tmp_path / "unset.yaml"  # a config that leaves temperature unset (null): none is sent
+        unset.write_text("bench:\n  epochs: 1\nllm:\n  temperature: null\n")
+        ok = subprocess.run([*base, "--config", str(unset), "--runs-dir", str(tmp_path / "b"), "--json"], env=cli_env(),
+                            capture_output=True, text=True, timeout=120)
         assert ok.returncode == 0, ok.stderr
         assert json.loads(ok.stdout)["episodes"] == 2
         assert all("temperature" not in r for r in server.requests[1:])  # agent, script and reflection calls alike

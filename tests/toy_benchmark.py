@@ -39,11 +39,18 @@ class Passcodes:
         return [Task(f"{split}/room{r}", phrasing.format(r), payload=r) for r in self.rooms]
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
+        return self.grade(task, self.generate(task, memories, llm), llm)
+
+    def generate(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> str:
+        """The model's answer (one generation: the benchmark is a `SingleGeneration`, so self-rag applies)."""
         time.sleep(self.delay)
         block = "\n\n".join(m["experience"] for m in memories)
-        answer = llm.chat([{"role": "system", "content": "Answer with the passcode only."},
-                           {"role": "system", "content": f"Memories:\n{block}"},
-                           {"role": "user", "content": task.query}]).strip()
+        return llm.chat([{"role": "system", "content": "Answer with the passcode only."},
+                         {"role": "system", "content": f"Memories:\n{block}"},
+                         {"role": "user", "content": task.query}]).strip()
+
+    def grade(self, task: Task, answer: str, llm: LLM) -> Episode:
+        """The room checks the code and, if wrong, reveals the right one."""
         ok = answer == code(task.payload)
         feedback = "correct" if ok else f"wrong: the passcode of room {task.payload} is {code(task.payload)}"
         return Episode(success=ok, steps=1, trajectory=f"> answer {answer}\n{feedback}", status="PASS" if ok else "FAIL")
