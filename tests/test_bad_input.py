@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from conftest import error_line
 from memrl_cli.bank import MemoryBank
 from memrl_cli.cli import app
 from memrl_cli.retrieve import RetrieveParams
@@ -385,10 +386,6 @@ def test_bad_input_is_one_line_error_and_changes_nothing(case: Case, outcomes: d
     if case.name not in outcomes:
         pytest.skip("needs root (mount, chattr)")
     result = outcomes[case.name]
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode != 0, result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("memrl: error: "), lines[0]
-    assert case.expect.lower() in lines[0].lower(), lines[0]
+    line = error_line(result)
+    assert case.expect.lower() in line.lower(), line
     assert result.after == result.before
