@@ -230,15 +230,19 @@ class MemoryBank:
     def transaction(self) -> Iterator[Any]:
         """One atomic write (SQLite: `BEGIN IMMEDIATE` … `COMMIT`), rolled back on any error.
 
-        Nested calls join the outer transaction, so a caller can make several bank
-        operations (rewards, new memories, run records) one atomic step.
+        Nested calls are savepoints inside the outer transaction, so a caller can make several bank
+        operations (rewards, new memories, run records) one atomic step; an inner block that fails
+        rolls back its own writes only, and a caller that catches its error can go on and commit.
         """
         if self.readonly:
             raise MemrlError(f"{self.path} was opened read-only")
         if self._depth:
             self._depth += 1
             try:
-                yield self.conn
+                with self.store.savepoint(f"memrl_nested_{self._depth}"):
+                    yield self.conn
+            except self.store.errors as exc:
+                raise self.store.error(exc) from None
             finally:
                 self._depth -= 1
             return

@@ -52,7 +52,7 @@ DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
 JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
 
 
-def emit(data: Any, as_json: bool, render: Callable[[Any], None] | None = None) -> None:
+def emit(data: Any, as_json: bool, render: Callable[[Any], object] | None = None) -> None:
     """Print `data` as JSON, or through `render` for people."""
     # json.dumps, not rich's print_json: that pretty-prints over several lines, and scripts read one line.
     if as_json or render is None:

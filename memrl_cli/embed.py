@@ -40,8 +40,15 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 class Embedder(Protocol):
     """Turns texts into unit-length float32 vectors of a fixed dimension."""
 
-    spec: str
-    dim: int
+    @property
+    def spec(self) -> str:
+        """The embedder's name, as `get_embedder` takes it."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """The vectors' dimension."""
+        ...
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Return an (n, dim) float32 array of L2-normalised vectors."""

@@ -141,7 +141,8 @@ def undo(bank: MemoryBank, source: str | None = None, since: str | None = None, 
     """
     if source is None and since is None and until is None:
         raise MemrlError("give --source, --since and/or --until: which rewards to undo")
-    conditions, args = ["kind = 'reward'"], []
+    conditions: list[str] = ["kind = 'reward'"]
+    args: list[str] = []
     if source is not None:
         condition, args = bank.store.matches("source", [_text(source, "source", "")])
         conditions.append(condition)

@@ -263,7 +263,7 @@ class ChatClient:
             try:
                 with self._slots:
                     return self._client.chat.completions.create(
-                        model=self.settings.model, messages=messages, **request
+                        model=self.settings.model, messages=messages, **request  # type: ignore[arg-type]  # plain dicts
                     )
             except openai.OpenAIError as exc:
                 if not _is_retryable(exc):

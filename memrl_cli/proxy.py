@@ -213,7 +213,7 @@ class LearningProxy:
                 raise MemrlError("the request body must be a JSON object with a messages list")
             params = request_params(self.defaults, request.headers)
             task = task_text(body, request.headers.get("x-memrl-task")) if params is not None else None
-            if task is None:
+            if task is None or params is None:
                 return await self._reply(await self._open(request, "chat/completions", raw), None)
             retrieval = await run_in_threadpool(self.service.select, task, params)
             content = json.dumps(with_memories(body, retrieval), ensure_ascii=False).encode()

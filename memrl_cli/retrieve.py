@@ -99,8 +99,8 @@ class RetrieveParams:
                 raise MemrlError(f"{name} must be a number in [{low}, {high}], got {value!r}")
         if (self.sim_mean is None) != (self.sim_std is None):
             raise MemrlError("give both sim_mean and sim_std to override the similarity statistics, or neither")
-        if self.sim_mean is not None and not (math.isfinite(self.sim_mean) and math.isfinite(self.sim_std or 0)
-                                              and self.sim_std > 0):
+        if self.sim_mean is not None and not (math.isfinite(self.sim_mean) and self.sim_std is not None
+                                              and math.isfinite(self.sim_std) and self.sim_std > 0):
             raise MemrlError(f"sim_mean must be finite and sim_std finite and > 0, got {self.sim_mean}, {self.sim_std}")
         if self.q_min is not None and not (isinstance(self.q_min, (int, float)) and math.isfinite(self.q_min)):
             raise MemrlError(f"q_min must be a finite number or unset, got {self.q_min!r}")

@@ -83,6 +83,23 @@ class Store:
             raise
 
     @contextmanager
+    def savepoint(self, name: str) -> Iterator[None]:
+        """Inside a write: a nested transaction. An exception rolls back only the writes made inside
+        it and propagates; the enclosing transaction stays open and usable (on PostgreSQL too, where a
+        failed statement would otherwise abort it)."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            try:
+                self.conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                self.conn.execute(f"RELEASE SAVEPOINT {name}")
+            except self.errors:  # the connection itself is gone: the enclosing transaction fails too
+                pass
+            raise
+        self.conn.execute(f"RELEASE SAVEPOINT {name}")
+
+    @contextmanager
     def snapshot(self) -> Iterator[None]:
         """A read transaction: every read inside it sees the bank at one moment while others write."""
         self.conn.execute(self.begin_read)

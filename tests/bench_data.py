@@ -1,10 +1,16 @@
 """Where the benchmark tests find their data: where the tool itself looks first, then `../shared/data/`
-(this project's CI copy, see its README). A missing data set skips its tests with how to get it."""
+(this project's CI copy, see its README). A missing data set skips its tests with how to get it, and
+fails them under CI (`conftest.unavailable`), which has that copy."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from conftest import unavailable as _unavailable
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -49,3 +55,13 @@ def missing(benchmark: str, looked: Path | None = None) -> str:
     """A skip reason: what is missing and how to get it."""
     where = f" (looked in {looked})" if looked is not None else ""
     return f"{benchmark} data not found{where}: {HOW_TO_GET[benchmark]}"
+
+
+def unavailable(benchmark: str, looked: Path | None = None) -> NoReturn:
+    """Skip the calling test for missing data, saying how to get it; under CI, fail it."""
+    _unavailable(missing(benchmark, looked), f"{benchmark} data")
+
+
+def needs(benchmark: str, path: Path) -> pytest.MarkDecorator:
+    """Mark a test that reads the data file `path`: without it, `unavailable` (checked by conftest at setup)."""
+    return pytest.mark.benchmark_data(benchmark, str(path))

@@ -1,4 +1,5 @@
-"""Shared fixtures: a PostgreSQL + pgvector server for the tests marked `postgres`.
+"""Shared fixtures: a PostgreSQL + pgvector server for the tests marked `postgres`; one policy for what
+a test needs and this machine lacks (`unavailable`: skip, or fail under CI); one error-line asserter.
 
 `bank_at` runs a test once per engine: it makes new bank locations (SQLite files, or fresh
 PostgreSQL databases). The server is `MEMRL_TEST_PG_DSN` when set (an admin `postgresql://` URL of a
@@ -12,7 +13,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -24,11 +25,31 @@ def under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _unavailable(reason: str) -> NoReturn:
-    """Skip the requesting test; under CI, fail it instead, so CI really tests PostgreSQL."""
+def unavailable(reason: str, needed: str = "PostgreSQL") -> NoReturn:
+    """Skip the requesting test; under CI, fail it instead, so CI really tests what it needs
+    (PostgreSQL, benchmark data: tests/bench_data.py)."""
     if under_ci():
-        pytest.fail(f"PostgreSQL is required under CI: {reason}", pytrace=False)
+        pytest.fail(f"{needed} is required under CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `benchmark_data(benchmark, path)` (`bench_data.needs`) runs only where `path` exists."""
+    mark = item.get_closest_marker("benchmark_data")
+    if mark is not None and not Path(mark.args[1]).is_file():
+        import bench_data
+
+        bench_data.unavailable(mark.args[0], Path(mark.args[1]).parent)
+
+
+def error_line(done: Any) -> str:
+    """A failed `memrl` command's one error line: a non-zero exit, no traceback, and exactly one line on
+    stderr, starting `memrl: error: ` (`done`: a CompletedProcess, or anything with `returncode`, `stderr`)."""
+    assert done.returncode != 0, f"the command succeeded: {done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memrl: error: "), done.stderr
+    return lines[0]
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +71,7 @@ def pg_server_dsn() -> Iterator[str]:
     else:
         problem = ""
     if problem:
-        _unavailable(problem)  # outside the except blocks, so the report shows no chained traceback
+        unavailable(problem)  # outside the except blocks, so the report shows no chained traceback
     try:
         yield server.dsn
     finally:

@@ -251,6 +251,35 @@ def test_reward_many_is_one_transaction(bank_at: Callable[[str], str]) -> None:
         assert [u["q_after"] for u in done] == [0.3, 1.0]
 
 
+def test_a_caught_inner_failure_rolls_back_only_the_inner_block(bank_at: Callable[[str], str]) -> None:
+    """Nested transactions are savepoints: an inner block that fails after writing leaves nothing
+    behind when its caller catches the error, and the outer transaction goes on and commits (also
+    after a statement the server refused, which aborts a PostgreSQL transaction without one)."""
+    vector_bank(bank_at("b"), n=3, dim=4)
+    with MemoryBank(bank_at("b")) as bank:
+        with bank.transaction():
+            bank.reward(1.0, memory_ids=[1])
+            with pytest.raises(MemrlError, match="unknown memory id 99"), bank.transaction():
+                bank.ingest("inner", "rolled back", vector=[1.0, 0.0, 0.0, 0.0])
+                bank.reward(1.0, memory_ids=[2, 99])  # memory 2 is updated before 99 is found missing
+            with pytest.raises(MemrlError, match="no_such_column"), bank.transaction():
+                bank.reward(1.0, memory_ids=[2])
+                bank.conn.execute("SELECT no_such_column FROM memories")
+            with bank.transaction():  # a nested block that succeeds commits with the outer one
+                with bank.transaction():
+                    bank.ingest("kept", "inner and committed", vector=[0.0, 1.0, 0.0, 0.0])
+            bank.reward(-1.0, memory_ids=[3])
+        assert bank.conn.execute("SELECT id, visits FROM memories ORDER BY id").fetchall()[:3] == [(1, 1), (2, 0), (3, 1)]
+        assert [r[0] for r in bank.conn.execute("SELECT intent FROM memories WHERE id > 3")] == ["kept"]
+        assert [r[0] for r in bank.conn.execute("SELECT memory_id FROM rewards ORDER BY id")] == [1, 3]
+        assert verify(bank)["ok"]
+        with pytest.raises(RuntimeError), bank.transaction():  # an outer failure still undoes its inner blocks
+            with bank.transaction():
+                bank.reward(1.0, memory_ids=[2])
+            raise RuntimeError("abort")
+        assert bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 2
+
+
 WORKER = """
 import sys
 from memrl_cli.bank import MemoryBank

@@ -63,7 +63,7 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def data_root(cache_home: Path) -> Path:
     """The directory holding json_2.1.1 (a shared archive is unpacked by the adapter itself)."""
     if DATA is None:
-        pytest.skip(bench_data.missing("alfworld"))
+        bench_data.unavailable("alfworld")
     pytest.importorskip("alfworld", reason="alfworld is not installed: pip install -e '.[alfworld]'")
     root = resolve_data_dir(str(DATA))
     if DATA.is_file():

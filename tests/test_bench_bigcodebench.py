@@ -20,8 +20,7 @@ import bench_data
 from chat_server import ScriptedChatServer
 
 DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
-needs_data = pytest.mark.skipif(not (DATA / "bigcodebench_full.jsonl").is_file(),
-                                reason=bench_data.missing("bigcodebench", DATA))
+needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 PASSING_STDLIB_TASKS = ["BigCodeBench/1", "BigCodeBench/2", "BigCodeBench/4", "BigCodeBench/7", "BigCodeBench/19"]
 

@@ -19,11 +19,11 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="the hle extra is not installed: pip install -e '.[hle]'")
 import pyarrow.parquet as pq  # noqa: E402
 
-from benchmarks.hle import HLE, answer_letter, extract_answer, local_verdict, normalize_answer, parse_judgement
-from benchmarks.protocol import Benchmark
-from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings
-from chat_server import ScriptedChatServer
+from benchmarks.hle import HLE, answer_letter, extract_answer, local_verdict, normalize_answer, parse_judgement  # noqa: E402
+from benchmarks.protocol import Benchmark  # noqa: E402
+from memrl_cli.errors import MemrlError  # noqa: E402
+from memrl_cli.llm import ChatClient, LLMSettings  # noqa: E402
+from chat_server import ScriptedChatServer  # noqa: E402
 
 
 def tiny_png() -> bytes:

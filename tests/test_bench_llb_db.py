@@ -44,7 +44,7 @@ DATA = bench_data.directory("llb", "LLB_DATA", "db_val.json")  # $LLB_DATA, else
 # so each run reproduces a few of these and misses the others.
 TIE_ORDER_IDS = {f"db/{key}" for key in (18, 41, 72, 96, 225, 228, 271, 273, 274, 422)}
 
-needs_data = pytest.mark.skipif(not (DATA / "db_val.json").is_file(), reason=bench_data.missing("llb", DATA))
+needs_data = bench_data.needs("llb", DATA / "db_val.json")
 
 
 def _require_mariadb() -> None:
@@ -161,7 +161,7 @@ def test_tasks_cover_both_splits_in_index_order() -> None:
 def adapter() -> Iterator[LLBDatabase]:
     _require_mariadb()
     if not (DATA / "db_val.json").is_file():
-        pytest.skip(bench_data.missing("llb", DATA))
+        bench_data.unavailable("llb", DATA)
     bench = LLBDatabase(data=str(DATA), server="mariadb")
     yield bench
     bench.close()
@@ -319,7 +319,7 @@ print(json.dumps({"record": record, "after": mysql_server.running_server()}))
 def test_last_user_stops_the_server(tmp_path: Path) -> None:
     _require_mariadb()
     if not (DATA / "db_val.json").is_file():
-        pytest.skip(bench_data.missing("llb", DATA))
+        bench_data.unavailable("llb", DATA)
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # its own state directory, so its own server
     done = subprocess.run([sys.executable, "-c", _LIFECYCLE_SCRIPT, str(DATA)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -361,7 +361,7 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
 
     _require_mariadb()
     if not (DATA / "db_train.json").is_file():
-        pytest.skip(bench_data.missing("llb", DATA))
+        bench_data.unavailable("llb", DATA)
     tasks = LLBDatabase(data=str(DATA), server="mariadb").tasks("train")  # the harness samples 3 of them
     with ScriptedChatServer(distilling(_ground_truth_agent(tasks))) as server:
         config = BenchConfig(benchmark="llb-db", epochs=2, batch_size=3, limit=3, data=str(DATA),

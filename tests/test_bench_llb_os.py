@@ -42,9 +42,7 @@ from memrl_cli.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = bench_data.directory("llb", "LLB_DATA", "os_interaction_val.json")  # $LLB_DATA, else ../shared/data/llb
-needs_data = pytest.mark.skipif(
-    not (DATA / "os_interaction_val.json").is_file(), reason=bench_data.missing("llb", DATA)
-)
+needs_data = bench_data.needs("llb", DATA / "os_interaction_val.json")
 
 
 def finish(_: str = "") -> str:
@@ -154,7 +152,7 @@ def rootfs() -> Path:
 @pytest.fixture
 def adapter(rootfs: Path) -> Iterator[LLBOperatingSystem]:
     if not DATA.is_dir():
-        pytest.skip(bench_data.missing("llb", DATA))
+        bench_data.unavailable("llb", DATA)
     bench = LLBOperatingSystem(data=str(DATA), backend="bwrap", rootfs=str(rootfs), command_timeout=10)
     yield bench
     bench.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import error_line
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 
@@ -40,16 +41,6 @@ def as_json(done: subprocess.CompletedProcess[str]) -> Any:
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout
     return json.loads(lines[0])
-
-
-def error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """A failed command's stderr: exactly one line, no traceback."""
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("memrl: error: ")
-    return lines[0]
 
 
 def table_state(db: str) -> tuple:

@@ -1,4 +1,5 @@
-"""docs/cli.md documents every command and option that `memrl --help` shows, and nothing else."""
+"""docs/cli.md documents every command and option that `memrl --help` shows, and nothing else; its
+`--help` blocks are generated (cog) and current."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from conftest import unavailable
 from memrl_cli.cli import app
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -15,8 +17,10 @@ COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 
 def sections() -> dict[str, str]:
-    """`## memrl NAME` sections of docs/cli.md by command name."""
+    """`## memrl NAME` sections of docs/cli.md by command name, hand-written text only (without the
+    generated `--help` blocks, which would document every option by construction)."""
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    text = re.sub(r"\[\[\[cog.*?\[\[\[end\]\]\]", "", text, flags=re.DOTALL)
     parts = re.split(r"^## memrl (\S+)\s*$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2]))
 
@@ -39,6 +43,24 @@ def test_command_has_help_and_documented_options(name: str) -> None:
         for opt in param.opts:
             if opt.startswith("--"):
                 assert opt in section, f"docs/cli.md: `memrl {name}` does not document {opt}"
+
+
+def test_every_command_section_shows_its_generated_help() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    missing = [name for name in sorted(COMMANDS) if f'<!-- [[[cog cli_help("{name}") ]]] -->' not in text]
+    assert not missing, f"docs/cli.md: add `<!-- [[[cog cli_help(\"NAME\") ]]] -->` + `<!-- [[[end]]] -->` " \
+                        f"under the option table of {missing}, then run `cog -r docs/cli.md`"
+
+
+def test_the_generated_help_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    """`cog --check docs/cli.md`: every `--help` block is what the CLI prints now."""
+    try:
+        from cogapp import Cog
+    except ImportError:
+        unavailable("cogapp is not installed (pip install -e '.[dev]')", "cogapp")
+    status = Cog().main(["cog", "--check", "--diff", str(DOCS / "cli.md")])
+    out = capsys.readouterr()
+    assert status == 0, f"docs/cli.md is stale: run `cog -r docs/cli.md`\n{out.out}{out.err}"
 
 
 def test_schema_doc_covers_every_table_and_column() -> None:

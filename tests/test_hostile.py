@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
+import bench_data
 import pytest
 from chat_server import ScriptedChatServer
-from conftest import under_ci
+from conftest import unavailable
 
 from benchmarks import hostile, registry
 from benchmarks.perf.hostile import data_paths
@@ -27,16 +27,10 @@ from benchmarks.protocol import Benchmark
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ChatClient, LLMSettings
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = bench_data.SHARED  # every benchmark's data, as on CI
 FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vacuous-asserts",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
-
-
-def _unavailable(reason: str) -> None:
-    if under_ci():
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ben
 def _bench(adapters: dict[str, Benchmark | str], name: str) -> Benchmark:
     bench = adapters[name]
     if isinstance(bench, str):
-        _unavailable(f"{name} unavailable: {bench}")
+        unavailable(f"{name} unavailable: {bench}", f"the {name} adapter")
     assert not isinstance(bench, str)
     return bench
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import error_line
 from memrl_cli import schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.embed import normalise
@@ -61,14 +62,6 @@ def cli(*args: str, env: dict[str, str] | None = None, ok: bool = True) -> subpr
     if ok:
         assert done.returncode == 0, f"{args}: {done.stderr}"
     return done
-
-
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """A failed command's stderr: exactly one `memrl: error:` line, no traceback."""
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memrl: error: "), done.stderr
-    return lines[0]
 
 
 def closed_port() -> int:
@@ -204,7 +197,7 @@ def test_merge_across_engines_equals_the_sqlite_merge(tmp_path: Path, new_pg: Ca
         assert comparable(theirs["ledger"]) == comparable(mine["ledger"]), intent
     if engines[2] == "postgresql":
         again = cli("merge", a, b, "-o", output, ok=False)
-        assert "already holds memories; merge writes a new bank" in one_error_line(again)
+        assert "already holds memories; merge writes a new bank" in error_line(again)
 
 
 # -- concurrent writers ----------------------------------------------------------------------------
@@ -388,10 +381,10 @@ def test_an_unreachable_server_is_one_line_without_the_password() -> None:
     message = str(caught.value)
     assert f"postgresql://memrl:***@127.0.0.1:{port}/bank" in message and "refused" in message
     assert "s3cret-pw" not in message and "\n" not in message
-    line = one_error_line(cli("inspect", "--stats", env={"MEMRL_DB": url}, ok=False))
+    line = error_line(cli("inspect", "--stats", env={"MEMRL_DB": url}, ok=False))
     assert f"127.0.0.1:{port}" in line and "s3cret-pw" not in line
     query_password = f"postgresql://memrl@127.0.0.1:{port}/bank?password=s3cret-pw"
-    line = one_error_line(cli("retrieve", "apple", "--db", query_password, ok=False))
+    line = error_line(cli("retrieve", "apple", "--db", query_password, ok=False))
     assert "password=***" in line and "s3cret-pw" not in line
 
 
@@ -412,7 +405,7 @@ def test_an_empty_database_is_not_a_bank_unless_created(pg_dsn: str) -> None:
     for options in ({"create": False}, {"readonly": True}):
         with pytest.raises(MemrlError, match=f"no memrl bank at schema {schema.LATEST} in postgresql://"):
             MemoryBank(pg_dsn, **options)
-    line = one_error_line(cli("retrieve", "apple", "--db", pg_dsn, ok=False))
+    line = error_line(cli("retrieve", "apple", "--db", pg_dsn, ok=False))
     assert "no memrl bank" in line and "memrl ingest" in line
     import psycopg
 
@@ -431,7 +424,7 @@ def test_backup_of_a_server_bank_is_refused(pg_dsn: str, tmp_path: Path) -> None
     with MemoryBank(pg_dsn, EMBEDDER) as bank:
         bank.ingest("a", "b", vector=normalise(np.ones(DIM))[0].tolist())
     done = cli("backup", str(tmp_path / "copy.db"), "--db", pg_dsn, ok=False)
-    assert done.returncode == 1 and "pg_dump" in one_error_line(done)
+    assert done.returncode == 1 and "pg_dump" in error_line(done)
     assert not (tmp_path / "copy.db").exists()
     as_json = cli("backup", str(tmp_path / "copy.db"), "--json", "--db", pg_dsn, ok=False)
     assert json.loads(as_json.stdout)["error"]["message"].startswith("`memrl backup` copies a SQLite bank")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from chat_server import ScriptedChatServer
+from conftest import error_line
 from toy_benchmark import responder
 
 from memrl_cli import sqlite as memrl_sqlite
@@ -48,11 +49,9 @@ def memrl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def one_line_error(done: subprocess.CompletedProcess[str], expect: str) -> None:
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memrl: error: "), done.stderr
-    assert expect in lines[0], lines[0]
-    assert len(lines[0]) < 1000
+    line = error_line(done)
+    assert expect in line, line
+    assert len(line) < 1000
 
 
 PWNED = "CREATE TABLE pwned (at TEXT)"
