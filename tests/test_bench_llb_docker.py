@@ -26,7 +26,7 @@ import pytest
 from chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import bash, client_for, finish, scripted
+from test_bench_llb_os import LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses, scripted
 
 from benchmarks import docker_images, mysql_server
 from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
@@ -206,6 +206,31 @@ def test_os_ground_truth_checks_through_docker(client: Any) -> None:
     tasks = adapter.tasks("train") + adapter.tasks("val")
     results = {task.id: check_task(adapter.sandboxes, task) for task in tasks}
     assert {key: detail for key, (ok, discriminates, detail) in results.items() if not (ok and discriminates)} == {}
+
+
+@pytest.mark.slow
+def test_each_limit_ends_the_episode_with_its_status(client: Any) -> None:
+    """Memory, processes, CPU time and disk: the per-episode status, as on the bwrap backend."""
+    adapter = LLBOperatingSystem(data=str(DATA), backend="docker", **LIMITED)
+    assert limit_statuses(adapter) == expected_limit_statuses()
+
+
+def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> None:
+    """The agent replaces the tools and the loader's preload list; the check still sees the truth."""
+    sandbox = SandboxFactory(backend="docker", timeout=10).create()
+    try:
+        assert sandbox.untrusted_check is None
+        forged = sandbox.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep; echo /tmp/evil.so > /etc/ld.so.preload; "
+                             "mkdir -p /srv/agent; touch /srv/agent/made; grep -q nothing /etc/hostname")
+        assert forged.exit_code == 0  # the agent's grep
+        check = sandbox.run("grep -q nothing /etc/hostname", trusted=True)
+        assert check.exit_code == 1 and "evil.so" not in check.output  # the image's grep, no preload
+        assert sandbox.run("test -f /srv/agent/made && ls /dev/.memrl-pristine | wc -l", trusted=True).output == "0\n"
+        assert sandbox.run("cat /proc/self/status | grep CapEff", trusted=True).output.split()[1] == "00000000a00425fb"
+        assert sandbox.run("touch /usr/bin/x", trusted=True).exit_code == 1  # read-only: the image's files
+    finally:
+        sandbox.close()
+    assert sandbox.id not in _containers(client)
 
 
 # --------------------------------------------------------------------------- llb-db server
