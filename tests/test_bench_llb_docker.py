@@ -28,7 +28,7 @@ from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
 from test_bench_llb_os import LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses, scripted
 
-from benchmarks import docker_images, mysql_server
+from benchmarks import docker_images, hostile, mysql_server
 from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
 from benchmarks.llb_db import LLBDatabase
 from benchmarks.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
@@ -184,8 +184,9 @@ def test_os_ground_truth_agent_is_correct_and_idle_agent_is_not(client: Any) -> 
     """The scripted ground-truth episodes of test_bench_llb_os, through the Docker backend."""
     adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10)
     assert adapter.sandboxes.resolve() == "docker"
-    tasks = [task for task in adapter.tasks("train") if task.id in {"os/0", "os/1", "os/2"}] + adapter.tasks("val")[:2]
-    before = _containers(client)
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    train = {"os/0", "os/1", "os/2", "os/11"}
+    tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     with ScriptedChatServer(scripted({task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks})) \
             as server:
         episodes = [adapter.run_episode(task, [], client_for(server)) for task in tasks]
@@ -194,7 +195,7 @@ def test_os_ground_truth_agent_is_correct_and_idle_agent_is_not(client: Any) -> 
     with ScriptedChatServer(scripted({task.query: [finish()] for task in tasks})) as server:
         idle = [adapter.run_episode(task, [], client_for(server)) for task in tasks]
     assert [(e.success, e.status) for e in idle] == [(False, INCORRECT)] * len(tasks)
-    assert _containers(client) == before  # every episode removed its container
+    assert hostile.sandbox_containers() == []  # every episode removed its container
 
 
 @pytest.mark.slow

@@ -195,7 +195,9 @@ def test_sandbox_keeps_state_between_scripts_not_shell_state(rootfs: Path) -> No
 @needs_data
 @pytest.mark.slow
 def test_ground_truth_agent_is_correct_and_idle_agent_is_not(adapter: LLBOperatingSystem) -> None:
-    tasks = [task for task in adapter.tasks("train") if task.id in {"os/0", "os/1", "os/2"}] + adapter.tasks("val")[:2]
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    train = {"os/0", "os/1", "os/2", "os/11"}
+    tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     plans = {task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks}
     memories = [{"id": 1, "intent": "make a dir", "experience": "Agent:\nmkdir", "outcome": "success",
                  "similarity": 0.9, "q": 0.5, "score": 1.0}]
