@@ -78,10 +78,10 @@ class SandboxError(MemrlError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandbox (`DockerSandbox` maps them to Docker's): all its processes together may hold `memory_mb` of
+    """Resource limits of one sandbox: all its processes together may hold `memory_mb` of
     memory and `nproc` processes/threads (a cgroup), write `disk_mb` (the size of the tmpfs
     holding its overlay's upper layer); each process gets `cpu_seconds` of CPU time and an
-    address space of `memory_mb` (rlimits)."""
+    address space of `memory_mb` (rlimits). `DockerSandbox` maps them to Docker's limits."""
 
     memory_mb: int = 1024
     nproc: int = 256
@@ -526,7 +526,8 @@ class DockerSandbox:
             raise SandboxError(f"could not start a container from {image}: {exc}") from exc
         # The container's cgroups, seen from this machine (None when the daemon runs elsewhere).
         self._cgroup = _Cgroup.of_process(self._host_pid) if self._host_pid else None
-        on_this_machine = self._cgroup is not None and any(self.id in str(d) for d in self._cgroup.directories.values())
+        on_this_machine = self._cgroup is not None and any(
+            self.id in str(directory) for directory in self._cgroup.directories.values())
         self.untrusted_check: str | None = (
             None if pristine and on_this_machine and os.geteuid() == 0
             else "the image's files are not on this machine" if not pristine

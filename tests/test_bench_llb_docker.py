@@ -26,7 +26,8 @@ import pytest
 from chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses, scripted
+from test_bench_llb_os import (LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
+                                scripted)
 
 from benchmarks import docker_images, hostile, mysql_server
 from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
@@ -221,8 +222,8 @@ def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> Non
     sandbox = SandboxFactory(backend="docker", timeout=10).create()
     try:
         assert sandbox.untrusted_check is None
-        forged = sandbox.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep; echo /tmp/evil.so > /etc/ld.so.preload; "
-                             "mkdir -p /srv/agent; touch /srv/agent/made; grep -q nothing /etc/hostname")
+        forged = sandbox.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep; echo /tmp/evil.so > /etc/ld.so.preload;"
+                             " mkdir -p /srv/agent; touch /srv/agent/made; grep -q nothing /etc/hostname")
         assert forged.exit_code == 0  # the agent's grep
         check = sandbox.run("grep -q nothing /etc/hostname", trusted=True)
         assert check.exit_code == 1 and "evil.so" not in check.output  # the image's grep, no preload
