@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import hashlib
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -126,6 +127,20 @@ def ensure_image(client: Any, name: str) -> str:
                 raise MemrlError(f"could not read {rootfs} for docker import: {error.strip()[-300:]}")
         _remove_stale(client, name, spec.tag)
     return spec.tag
+
+
+def image_files(client: Any, tag: str) -> str | None:
+    """The host directory holding image `tag`'s files, or None where there is none here.
+
+    A one-layer image (what `docker import` makes) on the overlay2 storage driver keeps its
+    files in one directory, which the LLB-OS check uses as its pristine root (`os_sandbox`).
+    """
+    attrs = client.images.get(tag).attrs
+    driver = attrs.get("GraphDriver") or {}
+    files = (driver.get("Data") or {}).get("UpperDir")
+    if driver.get("Name") != "overlay2" or len((attrs.get("RootFS") or {}).get("Layers") or []) != 1 or not files:
+        return None
+    return files if os.path.isdir(files) else None
 
 
 def _has_image(client: Any, tag: str) -> bool:

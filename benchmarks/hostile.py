@@ -10,18 +10,23 @@ attack's replies, and answers HLE's judge as a sloppy judge that quotes the resp
 `run_attack` plays one attack as one episode of a real adapter and checks that it is contained:
 the episode is a failure (an environment error only where the attack declares that honest),
 nothing outside the sandbox changed (the canary directory, the host listener, the other
-episode's database), and `honest_episode` then still passes: the run goes on. Adapters are built
-by `make_adapter(benchmark, data, options)`, so the same attacks run through any backend
-(`options={"llb-os": {"backend": "docker"}}`). `python -m benchmarks.perf.hostile` runs them all.
+episode's database; on Docker, no container of the episode left), and `honest_episode` then still
+passes: the run goes on. Adapters are built by `make_adapter(benchmark, data, options)`, so the
+same attacks run through any backend: `TARGETS` plays the LLB attacks on both backends of each
+(bubblewrap and Docker, MariaDB and MariaDB in Docker). `python -m benchmarks.perf.hostile` runs
+them all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,15 @@ from typing import Any
 from benchmarks.protocol import LLM, Benchmark, Episode, Task
 
 BENCHMARKS = ("bigcodebench", "llb-os", "llb-db", "hle")
+# Where the attacks run: a benchmark on one backend (its adapter options), by name.
+TARGETS: dict[str, tuple[str, dict[str, str]]] = {
+    "bigcodebench": ("bigcodebench", {}),
+    "llb-os:bwrap": ("llb-os", {"backend": "bwrap"}),
+    "llb-os:docker": ("llb-os", {"backend": "docker"}),
+    "llb-db:mariadb": ("llb-db", {"server": "mariadb"}),
+    "llb-db:docker": ("llb-db", {"server": "docker"}),
+    "hle": ("hle", {}),
+}
 BCB_TASK = "BigCodeBench/1"
 HLE_QUESTION = {"id": "hostile-1", "question": "What is six times seven? Answer with a number.", "answer": "42",
                 "category": "Math", "answer_type": "exactMatch"}
@@ -264,6 +278,39 @@ def make_adapter(benchmark: str, data: dict[str, str], options: dict[str, Any] |
     raise ValueError(f"unknown benchmark {benchmark!r}")
 
 
+def prepare(bench: Benchmark) -> None:
+    """Start `bench`'s environment now (sandbox backend, database server): a MemrlError says what is missing."""
+    if bench.name == "llb-os":
+        bench.sandboxes.resolve()  # type: ignore[attr-defined]
+    elif bench.name == "llb-db":
+        bench.address()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def own_servers() -> Iterator[None]:
+    """LLB-DB servers used inside this block are its own, in a private state directory
+    (`mysql_server.state_dir` follows `tempfile.gettempdir()`): a server of another kind that
+    runs for another process on this machine is not reused. Close the adapters inside the block."""
+    previous = tempfile.tempdir
+    tempfile.tempdir = tempfile.mkdtemp(prefix="mh", dir="/tmp")  # short: the server's socket lives there
+    try:
+        yield
+    finally:
+        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
+        tempfile.tempdir = previous
+
+
+def sandbox_containers() -> list[str]:
+    """Ids of the LLB-OS containers this process made that Docker still lists ([] without Docker)."""
+    from benchmarks.docker_images import docker_client
+
+    client = docker_client()
+    if client is None:
+        return []
+    labels = ["memrl.sandbox=llb-os", f"memrl.owner-pid={os.getpid()}"]
+    return [found["Id"] for found in client.api.containers(all=True, filters={"label": labels})]
+
+
 def hle_data(directory: Path) -> str:
     """A one-question HLE file (HLE itself is gated): the attacks need a question, not HLE's."""
     path = directory / "hostile-hle.jsonl"
@@ -326,6 +373,10 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         reasons.append(f"something outside the sandbox changed: {before} -> {after}")
     if victim_before != victim_after:
         reasons.append(f"another episode's database changed ({victim_before} -> {victim_after})")
+    if bench.name == "llb-os" and bench.sandboxes.resolve() == "docker":  # type: ignore[attr-defined]
+        left = sandbox_containers()
+        if left:
+            reasons.append(f"containers left behind: {left}")
     return Outcome(attack.name, attack.benchmark, episode.status, not reasons, "; ".join(reasons))
 
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from benchmarks import llb_common
-from benchmarks.os_sandbox import BwrapSandbox, CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
+from benchmarks.os_sandbox import CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
 from benchmarks.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -76,7 +76,7 @@ class LLBOperatingSystem:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
     LLB itself does); `backend` "auto" | "docker" | "bwrap"; `rootfs` the bwrap rootfs
     directory (default ~/.cache/memrl/rootfs-bookworm, built on first use); `docker_image`
-    the Docker image tag (built on first use). Limits of the bwrap sandbox (`os_sandbox.Limits`):
+    the Docker image tag (built on first use). Limits of the sandbox, either backend (`os_sandbox.Limits`):
     `memory_mb` and `nproc` for the whole sample, `cpu_seconds` per process, `disk_mb` written;
     a failed episode that hit one ends as LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_CPU or LIMIT_DISK.
     """
@@ -150,10 +150,11 @@ class LLBOperatingSystem:
             if init.timed_out or init.exit_code != 0:
                 return _env_error(turns, info, f"initialisation failed (exit {init.exit_code}): {init.output[-300:]}")
             finish_reason = self._play(sandbox, task, memories, llm, turns, info)
-            # The bwrap sandbox grades with trusted tools (the agent may have replaced bash & co).
-            check = sandbox.run(task.payload["check"], trusted=True) if isinstance(sandbox, BwrapSandbox) \
-                else sandbox.run(task.payload["check"])
-            limit_hit = getattr(sandbox, "limit_hit", lambda: None)() or info.pop("cpu_limit_hit", None)
+            # The check runs with trusted tools (the agent may have replaced bash & co).
+            check = sandbox.run(task.payload["check"], trusted=True)
+            if getattr(sandbox, "untrusted_check", None):
+                info["untrusted_check"] = sandbox.untrusted_check
+            limit_hit = sandbox.limit_hit() or info.pop("cpu_limit_hit", None)
         except SandboxError as exc:
             return _env_error(turns, info, str(exc))
         finally:

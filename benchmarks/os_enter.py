@@ -1,6 +1,7 @@
-"""Enter a running LLB OS bwrap sandbox and run one script there, with limits and reduced capabilities.
+"""Enter a running LLB OS sandbox and run one script there, with limits and reduced capabilities.
 
-Usage (as root, by `benchmarks.os_sandbox.BwrapSandbox`; stdlib only, run with `python -I -S`):
+Usage (as root, by `benchmarks.os_sandbox.BwrapSandbox`, and by `DockerSandbox` for the check;
+stdlib only, run with `python -I -S`):
 
     python os_enter.py PID CAPS LIMITS_JSON CGROUP_PROCS_FILES_JSON trusted|untrusted -- PROGRAM ARG...
 
@@ -14,7 +15,8 @@ PROGRAM (resolved inside the sandbox). The parent half waits and exits with the 
 
 `trusted` (for the check that grades the episode): PROGRAM runs in a trusted view
 of the sandbox, in a mount namespace of its own: the agent's files everywhere, except `/usr`
-(the pristine rootfs's, read-only, with the agent's `/usr/local`), the top-level `bin`, `lib*`,
+(the pristine rootfs's, read-only, with the agent's `/usr/local`, and in `/usr/bin` and
+`/usr/sbin` the programs the agent added, never those it replaced), the top-level `bin`, `lib*`,
 `sbin` links, `/etc/ld.so.cache` (the pristine ones, which the sandbox shows read-only at
 `PRISTINE`) and `/etc/ld.so.preload` (empty). So the
 agent cannot swap the shell, the tools, the loader or the libraries the check runs with.
@@ -35,6 +37,9 @@ _CAPABILITY_V3 = 0x20080522
 _CLONE_NEWNS = 0x20000
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 _PRISTINE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Under the pristine /usr, these show the agent's new programs too (a task may be to write
+# /usr/bin/some_script, which its check then runs); a program the rootfs has is always its own.
+_AGENT_PROGRAMS = ("bin", "sbin")
 PRISTINE = "/dev/.memrl-pristine"  # the rootfs, bound read-only by BwrapSandbox
 _VIEW = "/dev/.memrl-check"  # on the sandbox's own /dev tmpfs, never in the agent's overlay
 _NAMESPACES = ("ipc", "uts", "net", "pid", "mnt")  # mnt last: it changes how paths resolve
@@ -57,8 +62,10 @@ def _clear_inheritable(libc: ctypes.CDLL) -> bool:
     return libc.capset(header, data) == 0
 
 
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None, flags: int) -> None:
-    if libc.mount(source and source.encode(), target.encode(), kind and kind.encode(), flags, None) != 0:
+def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None, flags: int,
+           options: str | None = None) -> None:
+    if libc.mount(source and source.encode(), target.encode(), kind and kind.encode(), flags,
+                  options and options.encode()) != 0:
         raise OSError(ctypes.get_errno(), f"mount {source} on {target} failed")
 
 
@@ -90,6 +97,10 @@ def _trusted_view(libc: ctypes.CDLL) -> None:
     _mount(libc, None, f"{_VIEW}/usr", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
     if os.path.isdir("/usr/local") and not os.path.islink("/usr/local"):
         _mount(libc, "/usr/local", f"{_VIEW}/usr/local", None, _MS_BIND | _MS_REC)
+    for directory in _AGENT_PROGRAMS:  # the pristine programs over the agent's (new ones show through)
+        if os.path.isdir(f"/usr/{directory}") and not os.path.islink(f"/usr/{directory}"):
+            _mount(libc, "overlay", f"{_VIEW}/usr/{directory}", "overlay",
+                   _MS_RDONLY, f"lowerdir={source}/usr/{directory}:/usr/{directory}")
     etc = f"{_VIEW}/etc"
     if os.path.lexists(f"{etc}/ld.so.preload"):
         _mount(libc, "/dev/null", f"{etc}/ld.so.preload", None, _MS_BIND)

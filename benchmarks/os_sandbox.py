@@ -62,6 +62,9 @@ ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
 PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_enter.PRISTINE)
 MAX_CAPTURED_BYTES = 1 << 20  # keep at most 1 MiB of one script's output
 _OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+# A process killed by SIGXFSZ (bash reports it), or a full writable layer.
+_DISK_MARKERS = ("File size limit exceeded", "No space left on device")
+_SIGXFSZ_EXIT = 128 + 25  # bash's exit status when its command died of SIGXFSZ
 # How DockerSandbox runs a script ($1), its output file ($2) and the output cap ($3).
 _DOCKER_WRAPPER = 'bash -c "$1" >"$2" 2>&1; status=$?; head -c "$3" "$2"; rm -f "$2"; exit $status'
 _DRAIN_SECONDS = 0.2
@@ -75,10 +78,10 @@ class SandboxError(MemrlError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one bwrap sandbox: all its processes together may hold `memory_mb` of
+    """Resource limits of one sandbox: all its processes together may hold `memory_mb` of
     memory and `nproc` processes/threads (a cgroup), write `disk_mb` (the size of the tmpfs
     holding its overlay's upper layer); each process gets `cpu_seconds` of CPU time and an
-    address space of `memory_mb` (rlimits)."""
+    address space of `memory_mb` (rlimits). `DockerSandbox` maps them to Docker's limits."""
 
     memory_mb: int = 1024
     nproc: int = 256
@@ -118,6 +121,25 @@ class _Cgroup:
             cls(made).remove()
             return None
         return cls(made)
+
+    @classmethod
+    def of_process(cls, pid: int) -> _Cgroup | None:
+        """The cgroups process `pid` is in (e.g. a Docker container's), or None if they are not visible here.
+
+        Never `remove()` these: they belong to whoever made them.
+        """
+        base = Path("/sys/fs/cgroup")
+        found: dict[str, Path] = {}
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            hierarchy = base / controllers.replace("name=", "") if controllers else base  # "" is cgroup v2
+            if (hierarchy / path.lstrip("/") / "cgroup.procs").exists():
+                found[controllers or "unified"] = hierarchy / path.lstrip("/")
+        return cls(found) if found else None
 
     def procs_files(self) -> list[str]:
         return [str(directory / "cgroup.procs") for directory in self.directories.values()]
@@ -160,8 +182,15 @@ class CommandResult:
 class Sandbox(Protocol):
     """One sample's machine."""
 
-    def run(self, script: str) -> CommandResult:
-        """Run `script` with `bash -c` as root in `/`, within the sandbox's time limit."""
+    def run(self, script: str, trusted: bool = False) -> CommandResult:
+        """Run `script` with `bash -c` as root in `/`, within the sandbox's time limit.
+
+        `trusted` (the check): with the pristine image's tools, whatever the agent replaced.
+        """
+        ...
+
+    def limit_hit(self) -> str | None:
+        """Which limit the machine ran into so far: "memory", "processes", "disk" or None."""
         ...
 
     def close(self) -> None:
@@ -303,14 +332,7 @@ class BwrapSandbox:
         """
         if self._process is None or self._process.poll() is not None:
             raise SandboxError("the LLB OS sandbox is no longer running")
-        path = TRUSTED_PATH if trusted else SANDBOX_PATH
-        command = [
-            sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(self._pid), _KEPT_CAPABILITY_NUMBERS,
-            json.dumps(self.limits.rlimits()), json.dumps(self._cgroup.procs_files() if self._cgroup else []),
-            "trusted" if trusted else "untrusted", "--",
-            "/usr/bin/env", "-i", f"PATH={path}", "HOME=/root", "USER=root", "LOGNAME=root",
-            "/usr/bin/bash", "-c", script,
-        ]
+        command = _enter_command(self._pid, self.limits.rlimits(), self._cgroup, trusted, script)
         result = _run_captured(command, self.timeout)
         if any(marker in result.output for marker in _OOM_MARKERS):
             self._out_of_memory = True
@@ -352,6 +374,21 @@ class BwrapSandbox:
             if not self._dir.exists():
                 return
             time.sleep(0.1)
+
+
+def _enter_command(pid: int, rlimits: dict[str, int], cgroup: _Cgroup | None, trusted: bool, script: str) -> list[str]:
+    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/os_enter.py`).
+
+    It joins `cgroup`, sets `rlimits` and keeps only `KEPT_CAPABILITIES`; `trusted` (the check)
+    runs it in the trusted view: the pristine rootfs's tools, loader and libraries (at `PRISTINE`).
+    """
+    return [
+        sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), _KEPT_CAPABILITY_NUMBERS,
+        json.dumps(rlimits), json.dumps(cgroup.procs_files() if cgroup else []),
+        "trusted" if trusted else "untrusted", "--",
+        "/usr/bin/env", "-i", f"PATH={TRUSTED_PATH if trusted else SANDBOX_PATH}", "HOME=/root", "USER=root",
+        "LOGNAME=root", "/usr/bin/bash", "-c", script,
+    ]
 
 
 def _read_info(fd: int, timeout: float) -> dict[str, Any] | None:
@@ -444,22 +481,32 @@ class DockerSandbox:
     this process dies, for any reason, `cat` sees EOF, the container stops and Docker removes
     it. Each script runs as `docker exec bash -c SCRIPT` as root in `/`; one that runs over its
     time is killed with its process group (when the daemon shares this machine's pid space).
+
+    The check (`run(script, trusted=True)`) does not go through `docker exec`, which would run
+    the agent's shell and tools: `pristine`, the host directory holding the image's files
+    (`docker_images.image_files`), is shown read-only at `PRISTINE`, and the check enters the
+    container from the host (`benchmarks/os_enter.py`, as in `BwrapSandbox`), in its cgroups,
+    with its capabilities, in the trusted view built from `PRISTINE`. That needs root on the
+    daemon's machine; otherwise `untrusted_check` says why and the check runs with `docker exec`.
     """
 
     def __init__(self, client: Any, image: str, timeout: float, memory_mb: int = 1024, nproc: int = 256,
-                 cpu_seconds: int = 60, disk_mb: int = 1024, cpus: float = 1.0) -> None:
+                 cpu_seconds: int = 60, disk_mb: int = 1024, cpus: float = 1.0, pristine: str | None = None) -> None:
         import docker
 
         self.timeout = float(timeout)
         self._api = client.api
         self._stdin: Any = None
+        self._limit_hit: str | None = None  # "memory" or "disk", as scripts reported it
         mib = 1024 * 1024
         # CPU: SIGXCPU at `cpu_seconds` (exit status 152), SIGKILL one second later if ignored.
         rlimits = {"cpu": (cpu_seconds, cpu_seconds + 1), "fsize": (disk_mb * mib,) * 2, "core": (0, 0)}
+        self._check_rlimits = {name: soft for name, (soft, _) in rlimits.items()}  # os_enter adds CPU's second
         host_config = self._api.create_host_config(
             auto_remove=True, init=True, network_mode="none", cap_drop=["MKNOD"],
             mem_limit=memory_mb * mib, memswap_limit=memory_mb * mib, pids_limit=nproc, nano_cpus=int(cpus * 1e9),
             ulimits=[docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in rlimits.items()],
+            binds={pristine: {"bind": PRISTINE, "mode": "ro"}} if pristine else None,
         )
         config = self._api.create_container_config(
             image, ["cat"], stdin_open=True, hostname=SANDBOX_HOSTNAME, host_config=host_config,
@@ -473,17 +520,35 @@ class DockerSandbox:
         try:
             self._stdin = self._api.attach_socket(self.id, params={"stdin": 1, "stream": 1})
             self._api.start(self.id)
+            self._host_pid = int(self._api.inspect_container(self.id)["State"].get("Pid") or 0)
         except Exception as exc:
             self.close()
             raise SandboxError(f"could not start a container from {image}: {exc}") from exc
+        # The container's cgroups, seen from this machine (None when the daemon runs elsewhere).
+        self._cgroup = _Cgroup.of_process(self._host_pid) if self._host_pid else None
+        on_this_machine = self._cgroup is not None and any(
+            self.id in str(directory) for directory in self._cgroup.directories.values())
+        self.untrusted_check: str | None = (
+            None if pristine and on_this_machine and os.geteuid() == 0
+            else "the image's files are not on this machine" if not pristine
+            else "the Docker daemon does not run on this machine" if not on_this_machine
+            else "entering the container for the check needs root"
+        )
+        if not on_this_machine:
+            self._cgroup = None
 
-    def run(self, script: str) -> CommandResult:
+    def run(self, script: str, trusted: bool = False) -> CommandResult:
         """Run `script` with `bash -c` as root in `/` (see the class docstring).
 
-        The script's output goes to a file that `_DOCKER_WRAPPER` prints once bash exits, so a
-        background process it leaves holds that file, never the exec's stream (Docker would
-        then report neither this exec's end nor later ones').
+        `trusted` (the check that grades the episode) runs it with the image's pristine shell,
+        tools, loader and libraries (unless `untrusted_check`). Otherwise the script's output
+        goes to a file that `_DOCKER_WRAPPER` prints once bash exits, so a background process it
+        leaves holds that file, never the exec's stream (Docker would then report neither this
+        exec's end nor later ones').
         """
+        if trusted and self.untrusted_check is None:
+            command = _enter_command(self._host_pid, self._check_rlimits, self._cgroup, True, script)
+            return self._noted(_run_captured(command, self.timeout))
         out = f"/dev/shm/.memrl-out-{uuid.uuid4().hex}"
         started = time.monotonic()
         exec_id, raw = self._exec(["sh", "-c", _DOCKER_WRAPPER, "sh", script, out, str(MAX_CAPTURED_BYTES)])
@@ -495,7 +560,8 @@ class DockerSandbox:
             for _ in range(100):  # Docker records the exit code just after the stream ends
                 state = self._api.exec_inspect(exec_id)
                 if not state["Running"] and state["ExitCode"] is not None:
-                    return CommandResult(exit_code=state["ExitCode"], output=_decode(output), timed_out=False)
+                    return self._noted(CommandResult(exit_code=state["ExitCode"], output=_decode(output),
+                                                     timed_out=False))
                 time.sleep(0.02)
         self._kill_exec(self._api.exec_inspect(exec_id).get("Pid") or 0)
         exec_id, raw = self._exec(["sh", "-c", 'head -c "$2" "$1"; rm -f "$1"', "sh", out, str(MAX_CAPTURED_BYTES)])
@@ -503,7 +569,24 @@ class DockerSandbox:
             partial, _ = _read_frames(raw, time.monotonic() + 10)
         finally:
             raw.close()
-        return CommandResult(exit_code=None, output=_decode(partial), timed_out=True)
+        return self._noted(CommandResult(exit_code=None, output=_decode(partial), timed_out=True))
+
+    def _noted(self, result: CommandResult) -> CommandResult:
+        """`result`, after noting a memory or disk limit its output reports."""
+        if any(marker in result.output for marker in _OOM_MARKERS):
+            self._limit_hit = self._limit_hit or "memory"
+        elif result.exit_code == _SIGXFSZ_EXIT or any(marker in result.output for marker in _DISK_MARKERS):
+            self._limit_hit = self._limit_hit or "disk"
+        return result
+
+    def limit_hit(self) -> str | None:
+        """Which limit the container ran into so far: "memory", "processes", "disk" or None.
+
+        Memory and processes: the container's cgroups (the OOM killer ran, a fork was refused),
+        or a script that reported running out of memory; disk: a file reached `disk_mb` (SIGXFSZ)
+        or the writable layer was full.
+        """
+        return (self._cgroup.limit_hit() if self._cgroup else None) or self._limit_hit
 
     def _exec(self, command: list[str]) -> tuple[str, Any]:
         """Start `command` in the container; its id and the raw socket of its output."""
@@ -582,10 +665,11 @@ class SandboxFactory:
         self.limits = limits
         self._client: Any = None
         self._image_tag = image
+        self._pristine: str | None = None
         self._rootfs_path: Path | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None, "_rootfs_path": None}
+        return {**self.__dict__, "_client": None, "_pristine": None, "_rootfs_path": None}
 
     def resolve(self) -> str:
         """Pick the backend now ("docker" or "bwrap") and prepare it (image or rootfs)."""
@@ -600,6 +684,7 @@ class SandboxFactory:
             if self._client is not None:
                 own = self.image == DOCKER_IMAGE
                 self._image_tag = docker_images.ensure_image(self._client, "llb-os") if own else self.image
+                self._pristine = docker_images.image_files(self._client, self._image_tag)
                 return "docker"
         check_bwrap_tools()
         self._rootfs_path = ensure_rootfs(self.rootfs)
@@ -608,6 +693,7 @@ class SandboxFactory:
     def create(self) -> Sandbox:
         """A fresh sandbox for one sample."""
         if self.resolve() == "docker":
-            return DockerSandbox(self._client, self._image_tag, self.timeout, **asdict(self.limits))
+            return DockerSandbox(self._client, self._image_tag, self.timeout, **asdict(self.limits),
+                                 pristine=self._pristine)
         assert self._rootfs_path is not None
         return BwrapSandbox(self._rootfs_path, self.timeout, self.limits)

@@ -26,9 +26,10 @@ import pytest
 from chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import bash, client_for, finish, scripted
+from test_bench_llb_os import (LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
+                                scripted)
 
-from benchmarks import docker_images, mysql_server
+from benchmarks import docker_images, hostile, mysql_server
 from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
 from benchmarks.llb_db import LLBDatabase
 from benchmarks.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
@@ -184,8 +185,9 @@ def test_os_ground_truth_agent_is_correct_and_idle_agent_is_not(client: Any) -> 
     """The scripted ground-truth episodes of test_bench_llb_os, through the Docker backend."""
     adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10)
     assert adapter.sandboxes.resolve() == "docker"
-    tasks = [task for task in adapter.tasks("train") if task.id in {"os/0", "os/1", "os/2"}] + adapter.tasks("val")[:2]
-    before = _containers(client)
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    train = {"os/0", "os/1", "os/2", "os/11"}
+    tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     with ScriptedChatServer(scripted({task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks})) \
             as server:
         episodes = [adapter.run_episode(task, [], client_for(server)) for task in tasks]
@@ -194,7 +196,7 @@ def test_os_ground_truth_agent_is_correct_and_idle_agent_is_not(client: Any) -> 
     with ScriptedChatServer(scripted({task.query: [finish()] for task in tasks})) as server:
         idle = [adapter.run_episode(task, [], client_for(server)) for task in tasks]
     assert [(e.success, e.status) for e in idle] == [(False, INCORRECT)] * len(tasks)
-    assert _containers(client) == before  # every episode removed its container
+    assert hostile.sandbox_containers() == []  # every episode removed its container
 
 
 @pytest.mark.slow
@@ -206,6 +208,31 @@ def test_os_ground_truth_checks_through_docker(client: Any) -> None:
     tasks = adapter.tasks("train") + adapter.tasks("val")
     results = {task.id: check_task(adapter.sandboxes, task) for task in tasks}
     assert {key: detail for key, (ok, discriminates, detail) in results.items() if not (ok and discriminates)} == {}
+
+
+@pytest.mark.slow
+def test_each_limit_ends_the_episode_with_its_status(client: Any) -> None:
+    """Memory, processes, CPU time and disk: the per-episode status, as on the bwrap backend."""
+    adapter = LLBOperatingSystem(data=str(DATA), backend="docker", **LIMITED)
+    assert limit_statuses(adapter) == expected_limit_statuses()
+
+
+def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> None:
+    """The agent replaces the tools and the loader's preload list; the check still sees the truth."""
+    sandbox = SandboxFactory(backend="docker", timeout=10).create()
+    try:
+        assert sandbox.untrusted_check is None
+        forged = sandbox.run("printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/grep; echo /tmp/evil.so > /etc/ld.so.preload;"
+                             " mkdir -p /srv/agent; touch /srv/agent/made; grep -q nothing /etc/hostname")
+        assert forged.exit_code == 0  # the agent's grep
+        check = sandbox.run("grep -q nothing /etc/hostname", trusted=True)
+        assert check.exit_code == 1 and "evil.so" not in check.output  # the image's grep, no preload
+        assert sandbox.run("test -f /srv/agent/made && ls /dev/.memrl-pristine | wc -l", trusted=True).output == "0\n"
+        assert sandbox.run("cat /proc/self/status | grep CapEff", trusted=True).output.split()[1] == "00000000a00425fb"
+        assert sandbox.run("touch /usr/bin/x", trusted=True).exit_code == 1  # read-only: the image's files
+    finally:
+        sandbox.close()
+    assert sandbox.id not in _containers(client)
 
 
 # --------------------------------------------------------------------------- llb-db server

@@ -193,7 +193,9 @@ def test_sandbox_keeps_state_between_scripts_not_shell_state(rootfs: Path) -> No
 @needs_data
 @pytest.mark.slow
 def test_ground_truth_agent_is_correct_and_idle_agent_is_not(adapter: LLBOperatingSystem) -> None:
-    tasks = [task for task in adapter.tasks("train") if task.id in {"os/0", "os/1", "os/2"}] + adapter.tasks("val")[:2]
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    train = {"os/0", "os/1", "os/2", "os/11"}
+    tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     plans = {task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks}
     memories = [{"id": 1, "intent": "make a dir", "experience": "Agent:\nmkdir", "outcome": "success",
                  "similarity": 0.9, "q": 0.5, "score": 1.0}]
@@ -286,3 +288,38 @@ def test_hostile_agent_cannot_reach_network_or_host_files(adapter: LLBOperatingS
     assert "no-mount" in episode.trajectory and "no-mknod" in episode.trajectory
     assert fingerprint(rootfs) == before
     assert (rootfs / "usr/share/doc").is_dir() and "intruder" not in (rootfs / "etc/passwd").read_text()
+
+
+# One script per limit of `os_sandbox.Limits`, and the episode status it must end in (the task's
+# check fails: the agent did not do the task). Run with LIMITED below: 256 MB, 64 processes,
+# 2 s of CPU per process, 128 MB of disk.
+LIMITED = {"memory_mb": 256, "nproc": 64, "cpu_seconds": 2, "disk_mb": 128, "command_timeout": 15}
+LIMIT_SCRIPTS = {
+    "LIMIT_PROCESSES": "python3 -c 'import os, time\nfor n in range(200):\n    if os.fork() == 0:\n"
+                       "        time.sleep(20)\n        os._exit(0)' 2>&1 | tail -n 1",
+    "LIMIT_MEMORY": "python3 -c 'x = bytearray(600 << 20)'",
+    "LIMIT_DISK": "head -c 200M /dev/zero > /big",
+    "LIMIT_CPU": "python3 -c 'while True: pass'",
+}
+
+
+def limit_statuses(adapter: LLBOperatingSystem) -> dict[str, tuple[str, str | None]]:
+    """Play each of LIMIT_SCRIPTS as one episode of `adapter`: {expected: (status, info["limit_hit"])}."""
+    task = adapter.tasks("train")[0]
+    found = {}
+    for expected, script in LIMIT_SCRIPTS.items():
+        with ScriptedChatServer(scripted({task.query: [bash(script), finish()]})) as server:
+            episode = adapter.run_episode(task, [], client_for(server))
+        found[expected] = (episode.status, episode.info.get("limit_hit"))
+    return found
+
+
+def expected_limit_statuses() -> dict[str, tuple[str, str]]:
+    return {status: (status, status.removeprefix("LIMIT_").lower()) for status in LIMIT_SCRIPTS}
+
+
+@needs_data
+@pytest.mark.slow
+def test_each_limit_ends_the_episode_with_its_status(rootfs: Path) -> None:
+    adapter = LLBOperatingSystem(data=str(DATA), backend="bwrap", rootfs=str(rootfs), **LIMITED)
+    assert limit_statuses(adapter) == expected_limit_statuses()

@@ -1,10 +1,12 @@
 """How many LLB OS ground truths reproduce in this machine's sandbox (a check of the environment).
 
 For each sample, in a fresh sandbox: the initialisation script, the ground-truth script, then
-the check (should exit 0); and, in another fresh sandbox, the initialisation script and the
-check alone (should fail: otherwise the check passes without any work).
+the check as an episode runs it, in the trusted view (should exit 0); and, in another fresh
+sandbox, the initialisation script and the check alone (should fail: otherwise the check
+passes without any work).
 
     python -m benchmarks.perf.llb_os_ground_truth --data ../shared/data/llb [--workers 2] [--limit N]
+        [--backend auto|docker|bwrap]
 
 Prints one line per sample that does not behave, then the counts and the wall time.
 """
@@ -20,13 +22,14 @@ from benchmarks.os_sandbox import CommandResult, SandboxFactory
 from benchmarks.protocol import Task
 
 
-def run_scripts(sandboxes: SandboxFactory, init: str, scripts: list[str]) -> list[CommandResult]:
-    """In one fresh sandbox: `init` (stop there if it fails, as an episode would), then `scripts`."""
+def run_scripts(sandboxes: SandboxFactory, init: str, scripts: list[str], check: str) -> list[CommandResult]:
+    """In one fresh sandbox: `init` (stop there if it fails, as an episode would), `scripts`, then
+    `check` as an episode grades it (trusted: with the pristine tools)."""
     sandbox = sandboxes.create()
     try:
         results = [sandbox.run(init)]
         if results[0].exit_code == 0:
-            results += [sandbox.run(script) for script in scripts]
+            results += [sandbox.run(script) for script in scripts] + [sandbox.run(check, trusted=True)]
         return results
     finally:
         sandbox.close()
@@ -35,8 +38,8 @@ def run_scripts(sandboxes: SandboxFactory, init: str, scripts: list[str]) -> lis
 def check_task(sandboxes: SandboxFactory, task: Task) -> tuple[bool, bool, str]:
     """(ground truth passes the check?, check fails without it?, detail of what went wrong)."""
     payload = task.payload
-    with_truth = run_scripts(sandboxes, payload["init"], [payload["ground_truth"], payload["check"]])
-    without = run_scripts(sandboxes, payload["init"], [payload["check"]])
+    with_truth = run_scripts(sandboxes, payload["init"], [payload["ground_truth"]], payload["check"])
+    without = run_scripts(sandboxes, payload["init"], [], payload["check"])
     reproduced = len(with_truth) == 3 and with_truth[-1].exit_code == 0
     discriminates = len(without) == 2 and without[-1].exit_code != 0
     shown = with_truth[0] if len(with_truth) == 1 else with_truth[1]  # the failing init, else the truth
