@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -87,6 +88,7 @@ class AlfworldBenchmark:
     name = "alfworld"
     train_split = "train"
     eval_splits = ("valid_seen", "valid_unseen")
+    thread_safe = True  # episodes may run on several threads at once (GameEnv serialises TextWorld)
 
     def __init__(
         self,
@@ -197,31 +199,44 @@ class AlfworldBenchmark:
         """Nothing to release: each episode opens and closes its own game."""
 
 
+# TextWorld's PDDL games are not thread-safe: building a game state runs fast-downward's translator, which sets
+# module-level options and swaps sys.stdout (threads playing games at once end in IndexErrors). Each game has its own
+# copy of the planner library, so games may interleave: every TextWorld call of this process holds this lock.
+_TEXTWORLD = threading.Lock()
+
+
 class GameEnv:
-    """One ALFWorld game in TextWorld, wrapped as the official `AlfredTWEnv` wraps its games."""
+    """One ALFWorld game in TextWorld, wrapped as the official `AlfredTWEnv` wraps its games.
+
+    Thread-safe: games on several threads take turns, one TextWorld call at a time per process.
+    """
 
     def __init__(self, game_path: str) -> None:
-        textworld, generic_environment, filter_wrapper, demangler, infos_wrapper = _textworld_parts()
-        request = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-        env = generic_environment(request)
-        for wrapper in (demangler(shuffle=False), infos_wrapper, filter_wrapper):
-            env = wrapper(env)
-        env.load(game_path)
+        with _TEXTWORLD:
+            textworld, generic_environment, filter_wrapper, demangler, infos_wrapper = _textworld_parts()
+            request = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+            env = generic_environment(request)
+            for wrapper in (demangler(shuffle=False), infos_wrapper, filter_wrapper):
+                env = wrapper(env)
+            env.load(game_path)
         self._env = env
 
     def reset(self) -> str:
         """Start the game; return the initial observation (with the welcome banner)."""
-        observation, _infos = self._env.reset()
+        with _TEXTWORLD:
+            observation, _infos = self._env.reset()
         return str(observation)
 
     def step(self, action: str) -> tuple[str, bool]:
         """Apply one command; return the observation and whether the game is won."""
-        observation, _score, _done, infos = self._env.step(action)
+        with _TEXTWORLD:
+            observation, _score, _done, infos = self._env.step(action)
         return str(observation), bool(infos["won"])
 
     def close(self) -> None:
         """Release the game."""
-        self._env.close()
+        with _TEXTWORLD:
+            self._env.close()
 
     def __enter__(self) -> GameEnv:
         return self

@@ -4,7 +4,8 @@ Read top to bottom, this is the method:
 
     for each epoch, for each mini-batch of training tasks:
         retrieve memories for every task (two phases; a receipt per episode)
-        play the episodes concurrently (worker processes: LLM calls overlap, environments use the cores)
+        play the episodes concurrently (up to --concurrency in flight, on threads in --workers processes:
+            while one waits for the LLM, the others proceed; the processes use the cores)
         in ONE transaction: reward each receipt's memories with R (+1 success / −1 failure),
             store every episode as a new memory (script if it succeeded, reflection if not),
             record the episodes and mark the batch done
@@ -27,10 +28,12 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import wait as wait_for
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -203,20 +206,69 @@ def _stop_worker(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl") -> Played:
+class _Cancelled(BaseException):
+    """Ends an episode at its next LLM call: another episode of its group failed, or the worker is stopping."""
+
+
+class _EpisodeLLM:
+    """One episode's view of the worker's `ChatClient`: usage of its own, and cancellable between calls."""
+
+    def __init__(self, client: ChatClient, cancel: threading.Event) -> None:
+        self._client = client.scoped()
+        self._cancel = cancel
+
+    def chat(self, messages: list[dict[str, Any]], **params: Any) -> str:
+        if self._cancel.is_set():
+            raise _Cancelled
+        return self._client.chat(messages, **params)
+
+    def __getattr__(self, name: str) -> Any:  # settings, take_usage, ...: the client's own
+        return getattr(self._client, name)
+
+
+def _play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl",
+          cancel: threading.Event | None = None) -> Played:
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
+    if cancel is not None and cancel.is_set():
+        raise _Cancelled
     assert _ADAPTER is not None and _LLM is not None
+    llm = _EpisodeLLM(_LLM, cancel or threading.Event())
     used = None
     if method == "self-rag":
-        episode, used = self_rag.play(_ADAPTER, task, memories, _LLM)  # type: ignore[arg-type]
+        episode, used = self_rag.play(_ADAPTER, task, memories, llm)  # type: ignore[arg-type]
     else:
-        episode = _ADAPTER.run_episode(task, memories, _LLM)
+        episode = _ADAPTER.run_episode(task, memories, llm)
     experience = None
     if learn and not episode.env_error:
-        experience = _experience(_LLM, method, task, memories, episode) if uses_llm(_ADAPTER) \
+        experience = _experience(llm, method, task, memories, episode) if uses_llm(_ADAPTER) \
             else f"TRAJECTORY:\n{episode.trajectory}"  # an LLM-free adapter's trajectory is its memory
-    return Played(episode, experience, _LLM.take_usage(), used)
+    return Played(episode, experience, llm.take_usage(), used)
+
+
+def _play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: bool, method: str,
+                threads: int) -> list[Played]:
+    """Play episodes in this worker, `threads` at a time (in order); the first failure cancels the others."""
+    if threads <= 1:
+        return [_play(t, m, learn, method) for t, m in zip(tasks, memories)]
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="episode")
+    try:
+        futures = [pool.submit(_play, t, m, learn, method, cancel) for t, m in zip(tasks, memories)]
+        wait_for(futures, return_when=FIRST_EXCEPTION)
+        if any(f.done() and f.exception() is not None for f in futures):
+            cancel.set()
+            for f in futures:
+                f.cancel()
+            wait_for(futures)
+            errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+            raise next((e for e in errors if not isinstance(e, _Cancelled)), errors[0])
+        return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, SIGTERM (the worker is stopping) or a failed episode: end the others
+        cancel.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[str, Any]],
@@ -242,13 +294,32 @@ def uses_llm(adapter: Any) -> bool:
 
 
 class _InProcess(Executor):
-    """`workers=0`: play episodes one by one in this process (debugging, tiny runs)."""
+    """`workers=0`: play episodes in this process (debugging, tiny runs); `submit` runs at once."""
 
     def __init__(self, initargs: tuple) -> None:
         _init_worker(*initargs)
 
-    def map(self, fn: Callable, *iterables: Any, timeout: float | None = None, chunksize: int = 1) -> Iterator:  # type: ignore[override]
-        return (fn(*args) for args in zip(*iterables))
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:  # type: ignore[override]
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - handed over as a worker's would be
+            future.set_exception(exc)
+        return future
+
+
+def episode_groups(n: int, processes: int, concurrency: int, threaded: bool) -> list[tuple[list[int], int]]:
+    """How a batch of `n` episodes is played: (positions, threads) for each call of a worker process.
+
+    Thread-safe adapters: one group per process used, positions dealt round robin (stream order
+    clusters task types), threads summing to at most `concurrency`. Otherwise one episode per call,
+    so the processes take them as they free up (at most `processes` in flight).
+    """
+    if not threaded:
+        return [([i], 1) for i in range(n)]
+    groups = max(1, min(processes, concurrency, n))
+    return [(list(range(g, n, groups)), min(concurrency // groups + (g < concurrency % groups), len(range(g, n, groups))))
+            for g in range(groups)]
 
 
 # -- the run ---------------------------------------------------------------------------
@@ -314,6 +385,9 @@ class Run:
     train: list[Task]
     evals: dict[str, list[Task]]
     on_progress: Callable[[str, dict[str, Any]], None] = lambda event, data: None
+    processes: int = 1  # worker processes (1 for in-process play)
+    concurrency: int = 1  # episodes in flight at most
+    threaded: bool = False  # the adapter is thread-safe: several episodes per process
 
     def records(self) -> list[dict[str, Any]]:
         """Every committed episode of the run."""
@@ -335,12 +409,17 @@ class Run:
                               vector=vectors[i], record=learn)
                           for i, t in enumerate(tasks)]
             memories = [r.memories if r else [] for r in retrievals]
-        played: list[Played] = []
-        for result in pool.map(_play, tasks, memories, [learn] * len(tasks), [self.config.method] * len(tasks)):
-            played.append(result)
-            self.on_progress("episode", {"phase": phase, "split": split, "epoch": epoch,
-                                         "success": result.episode.success})
-        self.commit(phase, split, epoch, batch, start, tasks, retrievals, memories, vectors, played)
+        played: list[Played | None] = [None] * len(tasks)
+        calls = {pool.submit(_play_group, [tasks[i] for i in positions], [memories[i] for i in positions], learn,
+                             self.config.method, threads): positions
+                 for positions, threads in episode_groups(len(tasks), self.processes, self.concurrency, self.threaded)}
+        for call in as_completed(calls):  # results land in stream order whatever order they finish in
+            for i, result in zip(calls[call], call.result()):
+                played[i] = result
+                self.on_progress("episode", {"phase": phase, "split": split, "epoch": epoch,
+                                             "success": result.episode.success})
+        self.commit(phase, split, epoch, batch, start, tasks, retrievals, memories, vectors,
+                    [p for p in played if p is not None])
 
     def commit(self, phase: str, split: str, epoch: int, batch: int, start: int, tasks: list[Task],
                retrievals: list[Any], memories: list[list[dict[str, Any]]], vectors: list[list[float] | None],
@@ -415,7 +494,12 @@ class Run:
 def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str | None = None,
                   runs_dir: str = "runs", resume: str | None = None, workers: int = 4,
                   on_progress: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) one benchmark with one method; return its summary (also written to disk)."""
+    """Run (or resume) one benchmark with one method; return its summary (also written to disk).
+
+    `workers` processes play the episodes (0: this process). `settings.concurrency` (unset: the
+    batch size) is the most episodes, hence LLM requests, in flight at once across them: a
+    thread-safe adapter plays several per process on threads. Neither changes the results.
+    """
     if resume:
         out_dir = Path(resume)
         try:
@@ -441,10 +525,14 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
         needs_llm = uses_llm(adapter)
         check_method(config.method, config.benchmark, adapter)
+        threaded = bool(getattr(adapter, "thread_safe", False))
     finally:
         adapter.close()
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
+    concurrency = settings.concurrency or config.batch_size
+    processes = max(1, min(workers, concurrency))
+    settings = replace(settings, concurrency=concurrency)  # recorded with the run
     if needs_llm:
         ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -458,12 +546,14 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
             runs.create_run(bank, run_id, config.benchmark, config.method, asdict(config),
                             {"agent": settings.model, "base_url": settings.base_url,
                              "embedder": bank.embedder.spec}, config.seed, code_version())
-        run = Run(config, bank, run_id, out_dir, train, evals, on_progress or (lambda event, data: None))
+        run = Run(config, bank, run_id, out_dir, train, evals, on_progress or (lambda event, data: None),
+                  processes, concurrency, threaded)
         # the bank is the truth: rewrite the episode log from it, then append as batches commit
         (out_dir / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records()))
         runs.set_status(bank, run_id, "running")
-        initargs = (config.benchmark, config.data, None, config.options, settings)
-        with _executor(workers, initargs) as pool:
+        per_process = replace(settings, concurrency=-(-concurrency // processes))  # each worker's share of the limit
+        initargs = (config.benchmark, config.data, None, config.options, per_process)
+        with _executor(min(workers, processes), initargs) as pool:
             run.loop(pool)
         summary = finish(run, settings)
         runs.set_status(bank, run_id, "finished")

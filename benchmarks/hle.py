@@ -91,6 +91,7 @@ class HLE:
     name = "hle"
     train_split = "train"
     eval_splits: tuple[str, ...] = ("val",)
+    thread_safe = True  # one question per episode; the judge client is made under a lock
 
     def __init__(
         self,

@@ -73,6 +73,9 @@ class Benchmark(Protocol):
     eval_splits: tuple[str, ...]
     # An adapter may also set `uses_llm = False` (a scripted testbed): the harness then neither checks
     # the LLM endpoint nor distils episodes, and stores each episode's trajectory as its memory.
+    # An adapter that sets `thread_safe = True` may have `run_episode` called from several threads at once
+    # (the harness then keeps up to --concurrency episodes in flight per run, several per worker process);
+    # without it, each worker process plays one episode at a time.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

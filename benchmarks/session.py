@@ -137,7 +137,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
     with LocalModelServer() as server:
-        yield server.llm_settings(**{k: v for k, v in flags.items() if k == "temperature"})
+        yield server.llm_settings(**{k: v for k, v in flags.items() if k in ("temperature", "concurrency")})
 
 
 @contextmanager
@@ -184,9 +184,13 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
     `methods` is comma-separated (flag, else the config's `method`, else memrl). A λ override
     applies to memrl only: rag is λ = 0 by definition and none retrieves nothing. Without
     `config`, configs/NAME.yaml applies when it exists (the authors' protocol for NAME).
+    `llm_flags["concurrency"]` (--concurrency) is the most episodes and LLM requests in flight.
     """
     if workers < 0:
         raise MemrlError(f"--workers must be 0 (in this process) or more, got {workers}")
+    concurrency = llm_flags.get("concurrency")
+    if concurrency is not None and concurrency < 1:
+        raise MemrlError(f"--concurrency must be at least 1 (episodes and LLM requests in flight), got {concurrency}")
     config = config or default_config(name)
     adapter = registry.load(name)  # an unknown benchmark or a missing extra: one line, before anything starts
     settings = read_config(config)

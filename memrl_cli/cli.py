@@ -585,7 +585,9 @@ def bench(
     embedder: Optional[str] = typer.Option(None, help="Embedding model of the run's bank, e.g. "
                                                       "openai:text-embedding-3-large (the authors') [local MiniLM]."),
     local_llm: bool = typer.Option(False, "--local-llm", help="Serve the offline SmolLM2-135M model (plumbing check)."),
-    workers: int = typer.Option(4, help="Episodes played in parallel (processes; 0 = in this process)."),
+    workers: int = typer.Option(4, help="Worker processes that play the episodes (0 = in this process)."),
+    concurrency: Optional[int] = typer.Option(None, help="Most episodes (and LLM requests) in flight at once, "
+                                                         "threads across the workers [config, else the batch size]."),
     runs_dir: str = typer.Option("runs", help="Where run directories are written."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this run directory."),
     db: Optional[str] = typer.Option(None, "--db", show_default=False,  # never $MEMRL_DB: a user's agent bank
@@ -608,7 +610,7 @@ def bench(
         if max_steps is not None:
             options["max_steps"] = max_steps
         summaries = session.bench(name, method, flags, options, config=config,
-                                  llm_flags={"model": model, "base_url": base_url,
+                                  llm_flags={"model": model, "base_url": base_url, "concurrency": concurrency,
                                              "temperature": session.parse_temperature(temperature)},
                                   local_llm=local_llm,
                                   workers=workers, runs_dir=runs_dir, resume=resume, db=db, show_progress=not as_json)

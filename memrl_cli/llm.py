@@ -22,6 +22,7 @@ from memrl_cli.errors import MemrlError
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CONCURRENCY = 8  # requests in flight per client when `concurrency` is unset (`memrl bench`: the batch size)
 ENV_API_KEY = "OPENAI_API_KEY"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_MODEL = "MEMRL_MODEL"
@@ -47,6 +48,8 @@ class LLMSettings:
     `retry_base_delay` is the first backoff sleep in seconds; it doubles on each retry.
     `temperature`, `max_tokens` and `seed` are sent only when set: unset (None) leaves them to the
     endpoint's own default, which reasoning models (gpt-5-mini, o-series) require for temperature.
+    `concurrency` unset (None) means 8 requests in flight for a client, and the batch size for
+    `memrl bench` (its episodes in flight).
     """
 
     model: str = DEFAULT_MODEL
@@ -56,7 +59,7 @@ class LLMSettings:
     max_tokens: int | None = None
     timeout: float = 60.0
     max_retries: int = 4
-    concurrency: int = 8
+    concurrency: int | None = None
     seed: int | None = None
     retry_base_delay: float = 0.5
 
@@ -69,7 +72,7 @@ class LLMSettings:
             raise MemrlError(f"LLM timeout must be > 0 seconds, got {self.timeout}")
         if self.max_retries < 0:
             raise MemrlError(f"LLM max_retries must be >= 0, got {self.max_retries}")
-        if self.concurrency < 1:
+        if self.concurrency is not None and self.concurrency < 1:
             raise MemrlError(f"LLM concurrency must be >= 1, got {self.concurrency}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise MemrlError(f"LLM max_tokens must be >= 1 or unset, got {self.max_tokens}")
@@ -210,9 +213,20 @@ class ChatClient:
             # count, and takes retry_base_delay (openai's 0.5-8 s schedule is fixed); the retryable set is the same.
             max_retries=0,
         )
-        self._slots = threading.BoundedSemaphore(self.settings.concurrency)
+        self._slots = threading.BoundedSemaphore(self.settings.concurrency or DEFAULT_CONCURRENCY)
         self._usage_lock = threading.Lock()
         self._usage = _zero_usage()
+
+    def scoped(self) -> ChatClient:
+        """A client on this one's connections and concurrency limit that counts usage of its own.
+
+        Threads sharing a client (episodes played at once) each take one, so that each episode's
+        `take_usage()` is its own calls and tokens.
+        """
+        view = object.__new__(ChatClient)
+        view.settings, view._client, view._slots = self.settings, self._client, self._slots
+        view._usage_lock, view._usage = threading.Lock(), _zero_usage()
+        return view
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings}

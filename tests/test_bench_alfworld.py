@@ -473,3 +473,40 @@ def test_scripted_alfworld_memory_methods_beat_none(data_root: Path, tmp_path: P
         assert rows[method]["accuracy"][1] == none["accuracy"][1]  # an empty bank: the no-memory prompt
         assert rows[method]["last_epoch_accuracy"] > none["last_epoch_accuracy"], method
         assert rows[method]["report"][-1]["selected"] > 0
+
+
+@pytest.mark.slow
+def test_games_on_threads_play_exactly_as_one_by_one(bench: AlfworldBenchmark) -> None:
+    """TextWorld is not thread-safe (its translator sets module-level options); GameEnv's lock makes games on threads
+    take turns, and each trajectory equals the game's played alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tasks = one_per_type(bench.tasks("valid_unseen"), ("put", "clean", "heat", "examine"))
+    alone = [replay_walkthrough(t) for t in tasks]
+    with ThreadPoolExecutor(len(tasks)) as pool:
+        together = list(pool.map(replay_walkthrough, tasks))
+    assert all(e.success for e in alone)
+    assert [e.trajectory for e in together] == [e.trajectory for e in alone]
+
+
+@pytest.mark.slow
+def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tmp_path: Path) -> None:
+    """Two epochs of 4 real games learning from memory: episodes in flight on threads (in this process, and in
+    2 worker processes) give the same episodes, memories, receipts and ledger as one at a time."""
+    from test_harness import learned
+
+    from benchmarks.harness import BenchConfig, run_benchmark, stratified_sample
+
+    every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
+    tasks = stratified_sample(every, 4, 0, "train")
+    config = dict(benchmark="alfworld", method="memrl", epochs=2, batch_size=4, limit=4, threshold=0.95,
+                  data=str(data_root), options={"train_split": "valid_unseen", "max_steps": 8, "examples": examples()})
+    got = {}
+    with ScriptedChatServer(learning_responder(tasks)) as server:
+        for workers, concurrency in ((0, 1), (0, 4), (2, 4)):
+            settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test", concurrency=concurrency)
+            summary = run_benchmark(BenchConfig(**config), settings, runs_dir=str(tmp_path / f"{workers}-{concurrency}"),
+                                    workers=workers)
+            got[workers, concurrency] = learned(summary)
+    assert any(e["success"] for e in got[0, 1]["episodes"]) and got[0, 1]["ledger"]
+    assert got[0, 4] == got[0, 1] and got[2, 4] == got[0, 1]

@@ -17,7 +17,7 @@ from chat_server import ScriptedChatServer
 from toy_benchmark import responder
 
 from benchmarks import metrics
-from benchmarks.harness import BenchConfig, run_benchmark
+from benchmarks.harness import BenchConfig, episode_groups, run_benchmark
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.llm import LLMSettings
@@ -91,6 +91,74 @@ def test_worker_processes_give_the_same_results(server, tmp_path):
     assert summary["usage"]["calls"] == 2 * 4 * 2  # an agent call and a distil call per training episode
 
 
+def learned(summary: dict) -> dict:
+    """Everything a run decided: its episode records, memories, receipts and reward ledger (no times, no run id)."""
+    episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").read_text().splitlines()]
+    with MemoryBank(summary["bank"], create=False) as bank:
+        rows = {table: [tuple(r) for r in bank.conn.execute(query)] for table, query in (
+            ("memories", "SELECT id, intent, experience, outcome, task_id, q, visits FROM memories ORDER BY id"),
+            ("receipts", "SELECT r.id, r.query, c.memory_id, c.recall_rank, c.similarity, c.q, c.score, c.selected_rank "
+                         "FROM retrievals r JOIN retrieval_candidates c ON c.retrieval_id = r.id ORDER BY r.id, c.memory_id"),
+            ("ledger", "SELECT retrieval_id, memory_id, reward, q_before, q_after FROM rewards ORDER BY id"))}
+    return {"episodes": episodes, **rows}
+
+
+def slow_responder(delay: float):
+    """The toy's scripted LLM, answering each request after `delay` seconds (so episodes overlap)."""
+    return lambda request: {"content": responder(request), "delay": delay}
+
+
+def test_concurrency_changes_neither_results_nor_receipts(tmp_path):
+    """Episodes in flight on threads (in this process, and in 2 worker processes) learn exactly what one at a time does."""
+    config = dict(benchmark=TOY, method="memrl", epochs=2, batch_size=4, eval_splits=["val"], threshold=0.3,
+                  options={"rooms": 4})
+    got = {}
+    for workers, concurrency in ((0, 1), (0, 4), (2, 3)):
+        with ScriptedChatServer(slow_responder(0.1)) as server:
+            summary = run_benchmark(BenchConfig(**config), LLMSettings(model="scripted", base_url=server.base_url,
+                                                                       api_key="test", concurrency=concurrency),
+                                    runs_dir=str(tmp_path / f"{workers}-{concurrency}"), workers=workers)
+            got[workers, concurrency] = learned(summary), server.max_in_flight, len(server.requests)
+        stored = json.loads((Path(summary["bank"]).parent / "config.json").read_text())
+        assert stored["llm"]["concurrency"] == concurrency
+    sequential, in_flight, calls = got[0, 1]
+    assert in_flight == 1 and sequential["episodes"][-1]["success"] and sequential["ledger"]
+    for (workers, concurrency), (state, in_flight, n) in got.items():
+        assert state == sequential and n == calls, (workers, concurrency)
+        assert 1 < in_flight <= concurrency or concurrency == 1, (workers, concurrency, in_flight)
+
+
+def test_concurrency_defaults_to_the_batch_size(server, tmp_path):
+    config = BenchConfig(benchmark=TOY, method="none", epochs=1, batch_size=3, options={"rooms": 3})
+    summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0)
+    stored = json.loads((Path(summary["bank"]).parent / "config.json").read_text())
+    assert stored["llm"]["concurrency"] == 3
+
+
+@pytest.mark.parametrize("n, processes, concurrency", [(32, 2, 32), (32, 4, 8), (5, 2, 3), (2, 4, 32), (7, 3, 1)])
+def test_episode_groups_deal_every_position_once_within_the_limit(n, processes, concurrency):
+    groups = episode_groups(n, processes, concurrency, threaded=True)
+    assert sorted(i for positions, _ in groups for i in positions) == list(range(n))
+    assert len(groups) <= processes and sum(threads for _, threads in groups) == min(concurrency, n)
+    assert all(1 <= threads <= len(positions) for positions, threads in groups)
+    assert episode_groups(n, processes, concurrency, threaded=False) == [([i], 1) for i in range(n)]
+
+
+def test_bad_concurrency_is_one_line_and_writes_nothing(tmp_path):
+    from benchmarks.session import bench
+
+    from memrl_cli.errors import MemrlError
+
+    result = subprocess.run(bench_cmd_plain(tmp_path, "http://127.0.0.1:9/v1") + ["--concurrency", "0"],
+                            env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == "memrl: error: --concurrency must be at least 1 (episodes and LLM requests in flight), got 0\n"
+    with pytest.raises(MemrlError, match="--concurrency must be at least 1 .*, got -2$"):
+        bench(TOY, None, {}, {}, config=None, llm_flags={"base_url": "http://127.0.0.1:9/v1", "concurrency": -2},
+              local_llm=False, workers=0, runs_dir=str(tmp_path), resume=None, db=None, show_progress=False)
+    assert not list(tmp_path.iterdir())
+
+
 def bench_cmd(server, runs_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "memrl_cli", "bench", TOY, "--epochs", "3", "--batch-size", "2",
             "--threshold", "0.3", "--runs-dir", str(runs_dir), "--workers", "0", "--base-url", server.base_url,
@@ -106,12 +174,12 @@ def cli_env() -> dict[str, str]:
 
 def test_killed_run_resumes_to_the_same_metrics(server, tmp_path):
     options = ["--option", "rooms=6", "--option", "delay=0.15"]
-    full = subprocess.run(bench_cmd(server, tmp_path / "full", *options), env=cli_env(), capture_output=True,
-                          text=True, timeout=300)
+    full = subprocess.run(bench_cmd(server, tmp_path / "full", *options, "--concurrency", "1"), env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
     assert full.returncode == 0, full.stderr
     expected = json.loads(full.stdout)
 
-    proc = subprocess.Popen(bench_cmd(server, tmp_path / "killed", *options), env=cli_env(),
+    proc = subprocess.Popen(bench_cmd(server, tmp_path / "killed", *options, "--concurrency", "2"), env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120
     bank_path = None
@@ -135,7 +203,8 @@ def test_killed_run_resumes_to_the_same_metrics(server, tmp_path):
         assert bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0] < 9  # really interrupted
 
     run_dir = bank_path.parent
-    resumed = subprocess.run(bench_cmd(server, tmp_path / "killed", "--resume", str(run_dir)), env=cli_env(),
+    resumed = subprocess.run(bench_cmd(server, tmp_path / "killed", "--resume", str(run_dir), "--concurrency", "2"),
+                             env=cli_env(),
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     got = json.loads(resumed.stdout)

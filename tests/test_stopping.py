@@ -81,9 +81,10 @@ def bench(runs: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def test_sigterm_to_bench_stops_its_workers_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_flight", [[], ["--batch-size", "6", "--concurrency", "6"]], ids=["one-per-process", "threads"])
+def test_sigterm_to_bench_stops_its_workers_and_marks_the_run_interrupted(tmp_path: Path, in_flight: list[str]) -> None:
     with ScriptedChatServer(responder) as server:
-        proc = bench(tmp_path, "--workers", "2", "--base-url", server.base_url, "--model", "scripted")
+        proc = bench(tmp_path, "--workers", "2", "--base-url", server.base_url, "--model", "scripted", *in_flight)
         wait_for(lambda: len([p for p in session_processes(proc.pid) if "multiprocessing" in p]) >= 2
                  and list(tmp_path.glob("*/bank.db")), 120, "the two episode workers and the run's bank")
         time.sleep(1.0)  # episodes in flight

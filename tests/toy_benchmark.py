@@ -28,6 +28,7 @@ class Passcodes:
     name = "passcodes"
     train_split = "train"
     eval_splits = ("val",)
+    thread_safe = True
 
     def __init__(self, data: str | None = None, limit: int | None = None, rooms: int = 6, delay: float = 0.0,
                  **options: Any) -> None:

@@ -80,6 +80,7 @@ class Synthetic:
     train_split = "train"
     eval_splits: tuple[str, ...] = ()
     uses_llm = False
+    thread_safe = True  # run_episode is a pure function of its arguments
 
     def __init__(self, data: str | None = None, limit: int | None = None, scenario: str = "a",
                  luck_seed: int = 0) -> None:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.perf.run_all                  # 10k and 100k memories, ~15 minutes on 2 cores
     python -m benchmarks.perf.run_all --full           # adds 1M memories (~6 GB of scratch disk, ~30 minutes more)
-    python -m benchmarks.perf.run_all --skip-harness   # without the ALFWorld epoch (no data needed)
+    python -m benchmarks.perf.run_all --skip-harness   # without the ALFWorld epochs (no data needed)
     python -m benchmarks.perf.run_all --skip-postgres  # without the PostgreSQL bank (benchmarks/perf/pg_perf.py)
     python -m benchmarks.perf.run_all --skip-hostile   # without the hostile-agent suite (benchmarks/perf/hostile.py)
 
@@ -157,6 +157,16 @@ def harness_rows(h: dict[str, Any]) -> list[dict[str, Any]]:
                 f"<= {HARNESS_RATIO}x", h["policy_ratio"] <= HARNESS_RATIO)]
 
 
+def inflight_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """A mini-batch in flight against the latency and CPU floors (benchmarks/perf/inflight.py)."""
+    name = (f"ALFWorld epoch, {r['games']} games, batch {r['batch']}, {r['workers']} workers, {r['concurrency']} in flight, "
+            f"LLM answers after {r['delay_s']:g} s (L {r['latency_floor_s']:.0f} s, E {r['cpu_floor_s']:.0f} s)")
+    return [row(name, r["harness_s"], "s", max(r["latency_floor_s"], r["cpu_floor_s"]), "max(L, E)", r["ratio"],
+                f"<= {r['target_ratio']}x", r["ratio"] <= r["target_ratio"]),
+            row(f"peak resident memory of that run ({r['concurrency']} episodes in flight)", r["peak_rss_mb"], "MB", None,
+                "", None, f"<= {r['target_rss_mb']} MB", r["peak_rss_mb"] <= r["target_rss_mb"])]
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The table on stdout."""
     header = ("figure", "value", "baseline", "ratio", "target", "met")
@@ -213,6 +223,11 @@ def main() -> None:
 
         results["harness"] = harness_floor.measure()
         rows += harness_rows(results["harness"])
+        progress("ALFWorld epoch with a mini-batch in flight and a 1 s LLM")
+        from benchmarks.perf import inflight
+
+        results["inflight"] = inflight.measure()
+        rows += inflight_rows(results["inflight"])
     if not args.skip_hostile:
         progress("hostile-agent suite")
         from benchmarks.perf import hostile
