@@ -49,8 +49,9 @@ METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (Non
 METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
 METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
 UNREWARDED = {"memp", "reflexion"}  # memory methods that learn no utility
-METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5})  # improved Phase-B selectors (docs/learning.md)
-SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned"}  # method → Phase-B selector
+METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5, "memrl-ctxz": 0.5})  # improved Phase-B selectors (docs/learning.md)
+SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned",
+             "memrl-ctxz": "conditioned-z"}  # method → Phase-B selector
 
 
 def _whole(value: Any) -> bool:
