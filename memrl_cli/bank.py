@@ -637,7 +637,7 @@ class MemoryBank:
                 rows = {r[0]: r for r in self._by_ids("id, q, intent, experience, outcome, visits", "memories", id_list)}
                 candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
                               for i, s in zip(id_list, sim_list)]
-                if params.selector == "conditioned":
+                if params.selector in ("conditioned", "conditioned-z"):
                     self._condition(candidates, query_vec)
                 q_stats = self.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
                 explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)

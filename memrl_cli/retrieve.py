@@ -26,7 +26,9 @@ constants here, which is why users could not reproduce their numbers.
 * `ucb`: `calibrated` plus an optimism bonus UCB_BONUS/√(1 + visits) for little-tried memories;
 * `conditioned`: the utility of a memory *for this query*: rewards of its past retrievals weighted
   by how similar their query was to this one (kernel exp(−(1 − cos)/CONDITION_TAU)), shrunk to the
-  memory's Q with CONDITION_PRIOR pseudo-observations, divided by Q_PRIOR_STD.
+  memory's Q with CONDITION_PRIOR pseudo-observations, divided by Q_PRIOR_STD;
+* `conditioned-z`: that query-conditioned utility standardised over the candidates, as the paper's
+  z(Q) is; ties go to the newest memory.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -49,7 +51,7 @@ from memrl_cli.errors import MemrlError
 
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
-SELECTORS = ("memrl", "calibrated", "ucb", "conditioned")
+SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z")
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
 Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
 Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
@@ -184,8 +186,10 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
     qs = np.array([c.q for c in candidates], dtype=np.float64)
     if params.selector == "memrl":
         return zscores(qs, clip=Z_CLIP)
-    if params.selector == "conditioned":
+    if params.selector in ("conditioned", "conditioned-z"):
         utility = np.array([c.q if c.utility is None else c.utility for c in candidates], dtype=np.float64)
+        if params.selector == "conditioned-z":
+            return zscores(utility, clip=Z_CLIP)
         return zscores(utility, 0.0, Q_PRIOR_STD, clip=Z_CLIP)
     z = zscores(qs, q_stats[0], q_stats[1])
     if params.selector == "ucb":
@@ -224,12 +228,17 @@ def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tupl
     eligible = candidates if params.q_min is None else [c for c in candidates if c.q >= params.q_min]
     if not eligible:
         return False
-    ranked = sorted(eligible, key=lambda c: (-c.score, -c.similarity, c.memory_id))
+    newest = -1 if params.selector == "conditioned-z" else 1  # ties: the newest memory, or the paper's lowest id
+
+    def rank_key(c: Candidate) -> tuple[float, float, int]:
+        return -c.score, -c.similarity, newest * c.memory_id
+
+    ranked = sorted(eligible, key=rank_key)
     k2 = min(params.k2, len(eligible))
     explored = params.epsilon > 0 and rng.random() < params.epsilon
     chosen = rng.sample(eligible, k2) if explored else ranked[:k2]
     if explored:
-        chosen.sort(key=lambda c: (-c.score, -c.similarity, c.memory_id))
+        chosen.sort(key=rank_key)
     for rank, c in enumerate(chosen):
         c.selected_rank = rank
     return explored

@@ -1,19 +1,22 @@
 """Methods × scenarios on the synthetic testbed, through the real harness.
 
-    python -m benchmarks.learning.table [--epochs 6] [--seeds 0,1,2] [--methods memrl,rag,...]
-        [--scenarios a,b,c,d,e] [--out DIR]
+    python -m benchmarks.learning.table [--epochs 6] [--seeds 0-9] [--methods memrl,rag,...]
+        [--scenarios a,b,c,d,e] [--out DIR] [--json] [--save FILE]
 
-Prints, per scenario and method, last-epoch accuracy and CSR (mean over seeds) and, from the
-receipts of the last epoch, how often a useful memory existed in the bank, was recalled
-(Phase A) and was selected (Phase B).
+Prints, per scenario and method, last-epoch accuracy (mean over seeds ± its standard error), its
+paired difference with `memrl` and with `rag` on the same seeds (mean ± standard error), CSR and,
+from the receipts of the last epoch, how often a useful memory existed in the bank, was recalled
+(Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import tempfile
 from pathlib import Path
-from statistics import mean
+from statistics import mean, stdev
 from typing import Any
 
 from benchmarks.harness import METHODS, BenchConfig, run_benchmark
@@ -60,36 +63,71 @@ def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[
     return {k: v / max(len(last), 1) for k, v in counts.items()}
 
 
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error (0 with one value)."""
+    return mean(values), (stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Seeds as `0,1,2`, `0-9` or a mix (`0-3,10`)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high) + 1) if high else [int(low)])
+    return seeds
+
+
 def table(methods: list[str], scenarios: list[str], seeds: list[int], epochs: int, runs_dir: str) -> list[dict[str, Any]]:
-    """One row per (scenario, method): means over seeds."""
+    """One row per (scenario, method): last-epoch accuracy per seed, means over seeds, standard errors,
+    and the paired differences with `memrl` and `rag` on the same seeds (when they are in `methods`)."""
     rows = []
     for scenario in scenarios:
-        for method in methods:
-            results = [run(scenario, method, seed, epochs, runs_dir) for seed in seeds]
-            rows.append({"scenario": scenario, "method": method,
-                         "accuracy": mean(r["accuracy"][epochs] for r in results),
-                         "csr": mean(r["csr"][epochs] for r in results),
-                         **{k: mean(r["rates"][k] for r in results) for k in ("existed", "recalled", "selected")}})
+        per_method: dict[str, list[dict[str, Any]]] = {
+            method: [run(scenario, method, seed, epochs, runs_dir) for seed in seeds] for method in methods}
+        accuracy = {m: [r["accuracy"][epochs] for r in results] for m, results in per_method.items()}
+        for method, results in per_method.items():
+            row: dict[str, Any] = {"scenario": scenario, "method": method, "seeds": seeds,
+                                   "per_seed": accuracy[method]}
+            row["accuracy"], row["se"] = mean_se(accuracy[method])
+            for ref in ("memrl", "rag"):
+                if ref in accuracy and ref != method:
+                    row[f"vs_{ref}"] = mean_se([a - b for a, b in zip(accuracy[method], accuracy[ref])])
+            row["csr"] = mean(r["csr"][epochs] for r in results)
+            row.update({k: mean(r["rates"][k] for r in results) for k in ("existed", "recalled", "selected")})
+            rows.append(row)
     return rows
+
+
+def _pm(pair: tuple[float, float] | None) -> str:
+    return "" if pair is None else f"{pair[0]:+.3f} ± {pair[1]:.3f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,1,2 [0-9]")
     parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "self-rag"))  # needs an LLM
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default=None, help="Keep the runs here (default: a temporary directory).")
+    parser.add_argument("--json", action="store_true", help="Print the rows as JSON.")
+    parser.add_argument("--save", default=None, help="Also write the rows as JSON to this file.")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = parse_seeds(args.seeds)
     with tempfile.TemporaryDirectory() as tmp:
         rows = table(args.methods.split(","), args.scenarios.split(","), seeds, args.epochs, args.out or tmp)
-    print(f"last epoch ({args.epochs}), mean over seeds {seeds}")
-    print("| scenario | method | accuracy | CSR | useful existed | recalled | selected |")
-    print("|---|---|---|---|---|---|---|")
+    if args.save:
+        Path(args.save).write_text(json.dumps(rows, indent=1))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"last epoch ({args.epochs}), mean ± standard error over {len(seeds)} seeds {args.seeds}")
+    print("| scenario | method | accuracy | vs memrl (paired) | vs rag (paired) | CSR | useful existed | recalled "
+          "| selected |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['scenario']} | {r['method']} | {r['accuracy']:.3f} | {r['csr']:.3f} | {r['existed']:.2f} | "
-              f"{r['recalled']:.2f} | {r['selected']:.2f} |")
+        print(f"| {r['scenario']} | {r['method']} | {r['accuracy']:.3f} ± {r['se']:.3f} | {_pm(r.get('vs_memrl'))} | "
+              f"{_pm(r.get('vs_rag'))} | {r['csr']:.3f} | {r['existed']:.2f} | {r['recalled']:.2f} | "
+              f"{r['selected']:.2f} |")
 
 
 if __name__ == "__main__":
