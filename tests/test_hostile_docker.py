@@ -11,36 +11,21 @@ tests skip with the reason, except under CI, where they fail (`test_bench_llb_do
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+import bench_data
 import pytest
-from chat_server import ScriptedChatServer
 from test_bench_llb_docker import client  # noqa: F401  (client: the session's daemon fixture)
+from test_hostile import agent, arena  # noqa: F401  (the same host canaries and scripted attacker)
 
 from benchmarks import hostile, mysql_server
 from benchmarks.perf.hostile import data_paths
 from benchmarks.protocol import Benchmark
-from memrl_cli.llm import ChatClient, LLMSettings
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = bench_data.SHARED  # every benchmark's data, as on CI
 TARGETS = ("llb-os:docker", "llb-db:docker")
 # In the default suite: the check the agent cannot forge, and the two cross-episode attacks.
 FAST = {"os-forged-check-tools", "db-read-another-episode", "db-destroy-another-episode"}
-
-
-@pytest.fixture(scope="module")
-def arena() -> Iterator[hostile.Arena]:
-    arena = hostile.Arena()
-    yield arena
-    arena.close()
-
-
-@pytest.fixture(scope="module")
-def agent() -> Iterator[tuple[hostile.AttackScript, ChatClient]]:
-    script = hostile.AttackScript()
-    with ScriptedChatServer(script) as server:
-        yield script, ChatClient(LLMSettings(model="hostile", base_url=server.base_url, api_key="test", max_retries=0))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +50,7 @@ def adapters(client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                  marks=() if attack.name in FAST else pytest.mark.slow)
     for target in TARGETS for attack in hostile.ATTACKS if attack.benchmark == hostile.TARGETS[target][0]
 ])
-def test_attack_is_contained_on_docker(target: str, attack: hostile.Attack, adapters, agent, arena) -> None:
+def test_attack_is_contained_on_docker(target: str, attack: hostile.Attack, adapters, agent, arena) -> None:  # noqa: F811
     script, llm = agent
     outcome = hostile.run_attack(attack, adapters[target], llm, script, arena)
     assert outcome.contained, outcome.reason
@@ -73,7 +58,7 @@ def test_attack_is_contained_on_docker(target: str, attack: hostile.Attack, adap
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_the_run_goes_on_after_the_attacks_on_docker(target: str, adapters, agent) -> None:
+def test_the_run_goes_on_after_the_attacks_on_docker(target: str, adapters, agent) -> None:  # noqa: F811
     script, llm = agent
     episode = hostile.honest_episode(adapters[target], llm, script)
     assert episode.success, (episode.status, episode.info)
