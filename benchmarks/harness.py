@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import baselines, metrics, registry, self_rag
-from benchmarks.protocol import Benchmark, Episode, Task
+from benchmarks.protocol import LLM, Benchmark, Episode, Task
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
@@ -262,7 +262,7 @@ def _play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: 
             for f in futures:
                 f.cancel()
             wait_for(futures)
-            errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+            errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
             raise next((e for e in errors if not isinstance(e, _Cancelled)), errors[0])
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, SIGTERM (the worker is stopping) or a failed episode: end the others
@@ -272,7 +272,7 @@ def _play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _experience(llm: ChatClient, method: str, task: Task, memories: list[dict[str, Any]],
+def _experience(llm: LLM, method: str, task: Task, memories: list[dict[str, Any]],
                 episode: Episode) -> str | None:
     """The memory text an episode leaves under `method` (None: it leaves none)."""
     if method == "memp" and not episode.success:  # adjustment of the top memory used, else nothing (validation)
