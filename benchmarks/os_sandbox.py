@@ -334,7 +334,7 @@ class BwrapSandbox:
             raise SandboxError("the LLB OS sandbox is no longer running")
         command = _enter_command(self._pid, self.limits.rlimits(), self._cgroup, trusted, script)
         result = _run_captured(command, self.timeout)
-        if any(marker in result.output for marker in _OOM_MARKERS):
+        if _reported_limit(result) == "memory":
             self._out_of_memory = True
         return result
 
@@ -374,6 +374,15 @@ class BwrapSandbox:
             if not self._dir.exists():
                 return
             time.sleep(0.1)
+
+
+def _reported_limit(result: CommandResult) -> str | None:
+    """The limit a script's own result reports: "memory" (an allocation failed), "disk" (SIGXFSZ, a full layer)."""
+    if any(marker in result.output for marker in _OOM_MARKERS):
+        return "memory"
+    if result.exit_code == _SIGXFSZ_EXIT or any(marker in result.output for marker in _DISK_MARKERS):
+        return "disk"
+    return None
 
 
 def _enter_command(pid: int, rlimits: dict[str, int], cgroup: _Cgroup | None, trusted: bool, script: str) -> list[str]:
@@ -573,10 +582,7 @@ class DockerSandbox:
 
     def _noted(self, result: CommandResult) -> CommandResult:
         """`result`, after noting a memory or disk limit its output reports."""
-        if any(marker in result.output for marker in _OOM_MARKERS):
-            self._limit_hit = self._limit_hit or "memory"
-        elif result.exit_code == _SIGXFSZ_EXIT or any(marker in result.output for marker in _DISK_MARKERS):
-            self._limit_hit = self._limit_hit or "disk"
+        self._limit_hit = self._limit_hit or _reported_limit(result)
         return result
 
     def limit_hit(self) -> str | None:
