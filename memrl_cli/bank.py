@@ -28,8 +28,8 @@ import numpy as np
 from memrl_cli.embed import LOCAL_SPEC, Embedder, check_fingerprint, fingerprint, get_embedder, normalise
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import DEFAULT_ALPHA, check_reward
-from memrl_cli.retrieve import (SEARCH_WIDTH, Candidate, RetrieveParams, conditioned_utility, group_recall, phase_a,
-                                phase_b, shrunk_q_stats, similarity_stats)
+from memrl_cli.retrieve import (CONDITIONED, SEARCH_WIDTH, Candidate, RetrieveParams, conditioned_utility, group_recall,
+                                phase_a, phase_b, shrunk_q_stats, similarity_stats)
 from memrl_cli.scan import MatrixIndex
 from memrl_cli.store import Store, is_server_url, open_store
 
@@ -637,7 +637,7 @@ class MemoryBank:
                 rows = {r[0]: r for r in self._by_ids("id, q, intent, experience, outcome, visits", "memories", id_list)}
                 candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
                               for i, s in zip(id_list, sim_list)]
-                if params.selector in ("conditioned", "conditioned-z"):
+                if params.selector in CONDITIONED:
                     self._condition(candidates, query_vec)
                 q_stats = self.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
                 explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)

@@ -52,6 +52,7 @@ from memrl_cli.errors import MemrlError
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
 SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z")
+CONDITIONED = ("conditioned", "conditioned-z")  # selectors that need the query-conditioned utility
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
 Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
 Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
@@ -186,7 +187,7 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
     qs = np.array([c.q for c in candidates], dtype=np.float64)
     if params.selector == "memrl":
         return zscores(qs, clip=Z_CLIP)
-    if params.selector in ("conditioned", "conditioned-z"):
+    if params.selector in CONDITIONED:
         utility = np.array([c.q if c.utility is None else c.utility for c in candidates], dtype=np.float64)
         if params.selector == "conditioned-z":
             return zscores(utility, clip=Z_CLIP)
