@@ -21,9 +21,9 @@ METHOD = {"retrieve", "learn", "scan", "experience"}  # rule 4: pure, no bank, n
 STORE = {"memrl_cli/store.py", "memrl_cli/sqlite.py", "memrl_cli/postgres.py", "memrl_cli/schema.py",
          "memrl_cli/bank.py"}
 SQL_OUTSIDE_THE_STORE = {"memrl_cli/hygiene.py", "memrl_cli/inspection.py", "memrl_cli/report.py",
-                         "memrl_cli/runs.py", "memrl_cli/transfer.py", "benchmarks/baselines.py",
-                         "benchmarks/learning/table.py", "benchmarks/pg_server.py"}
-OWN_DATABASES = {"benchmarks/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
+                         "memrl_cli/runs.py", "memrl_cli/transfer.py", "benchmarks/memrl_bench/framework/baselines.py",
+                         "benchmarks/learning/table.py", "benchmarks/testing/pg_server.py"}
+OWN_DATABASES = {"benchmarks/memrl_bench/adapters/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
 MEASUREMENT = "benchmarks/perf/"  # the performance scripts measure the engines themselves
 
 
@@ -60,7 +60,7 @@ def test_the_core_never_imports_the_harness_at_module_level() -> None:
 def test_the_cli_loads_the_harness_in_one_place() -> None:
     sites = sorted({(path.name, function, module) for path in CORE for module, function, _ in imports(path)
                     if is_harness(module)})
-    assert sites == [("cli.py", "bench", "benchmarks.session")], \
+    assert sites == [("cli.py", "bench", "memrl_bench.framework.session")], \
         f"memrl_cli imports benchmarks outside `cli.bench` (docs/architecture.md, rule 2): {sites}"
 
 

@@ -34,7 +34,7 @@ V = json.dumps([0.5, 0.1, -0.2, 0.3, 0.0, 0.7, -0.1, 0.2])
 NAN_V = V.replace("0.5", "NaN", 1)
 INF_V = V.replace("0.5", "Infinity", 1)
 ZERO_V = json.dumps([0.0] * DIM)
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 DEAD_URL = "http://127.0.0.1:9/v1"
 
 Prepare = Callable[[Path, Path], list[str]]  # (case dir, bank) -> argv after `memrl`

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import responder
 
-from benchmarks import registry
-from benchmarks.harness import BenchConfig, run_benchmark, stratified_sample
-from benchmarks.protocol import Task
-from benchmarks.session import default_config, read_config
+from memrl_bench.framework import registry
+from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+from memrl_bench.framework.protocol import Task
+from memrl_bench.framework.session import default_config, read_config
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 from memrl_cli.retrieve import Candidate, RetrieveParams, phase_b, zscores
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 BCB_DATA = ROOT.parent / "shared" / "data" / "bigcodebench"

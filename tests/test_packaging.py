@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import registry
+from memrl_bench.framework import registry
 from memrl_cli.errors import MemrlError
 
 tomllib = pytest.importorskip("tomllib", reason="needs Python 3.11+ to read pyproject.toml")

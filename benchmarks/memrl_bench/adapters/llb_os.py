@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from benchmarks import llb_common
-from benchmarks.os_sandbox import CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
-from benchmarks.protocol import LLM, Episode, Task
+from memrl_bench.adapters import llb_common
+from memrl_bench.environments.os_sandbox import CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
+from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
 SPLIT_FILES = {"train": "os_interaction_train.json", "val": "os_interaction_val.json"}

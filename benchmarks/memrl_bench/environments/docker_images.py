@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.os_sandbox import EXTRA_PACKAGES, ROOTFS_MARKER, SANDBOX_PATH, SUITE, default_rootfs_path, ensure_rootfs
+from memrl_bench.environments.os_sandbox import EXTRA_PACKAGES, ROOTFS_MARKER, SANDBOX_PATH, SUITE, default_rootfs_path, ensure_rootfs
 from memrl_cli.errors import MemrlError
 
 _IMPORT_TIMEOUT = 900  # seconds the daemon may take to import one root filesystem

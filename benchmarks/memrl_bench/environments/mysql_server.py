@@ -40,7 +40,7 @@ import re
 
 import pymysql
 
-from benchmarks.docker_images import docker_client, ensure_image, require_docker
+from memrl_bench.environments.docker_images import docker_client, ensure_image, require_docker
 from memrl_cli.errors import MemrlError
 
 SERVER_KINDS = ("auto", "docker", "mariadb")
