@@ -105,7 +105,7 @@ def test_the_installed_harness_needs_nothing_from_the_repository() -> None:
     assert len(installed) > 20, installed  # the walk really sees the harness
     offending = [f"{path.relative_to(ROOT)}: {module}" for path in installed for module, _, _ in imports(path)
                  if module.split(".")[0] in ("benchmarks", "tests", "conftest", "bench_data", "served")]
-    assert not offending, f"memrl_bench imports a part of the repository that is not installed: {offending}"
+    assert not offending, f"memrl_bench imports a part of the repository that is not installed (rule 7): {offending}"
     edits = [path.relative_to(ROOT).as_posix() for path in sorted((ROOT / "benchmarks").rglob("*.py"))
              if "sys.path." in path.read_text(encoding="utf-8")]
     assert not edits, f"{edits} edit sys.path: import the repository's parts as benchmarks.testing etc."
@@ -196,7 +196,7 @@ def test_the_install_exposes_memrl_cli_and_memrl_bench_only(tmp_path: Path) -> N
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found["benchmarks"] is None, f"the install exposes a top-level `benchmarks` ({found['benchmarks']})"
+    assert found["benchmarks"] is None, f"the install exposes a top-level `benchmarks` (rule 7): {found['benchmarks']}"
     assert found["memrl_bench"] and found["memrl_cli"], f"not installed (pip install -e .): {found}"
     if Path(found["memrl_cli"]).is_relative_to(ROOT):  # an editable install of this checkout
         assert Path(found["memrl_bench"]) == HARNESS / "__init__.py", found
