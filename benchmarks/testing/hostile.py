@@ -4,7 +4,7 @@
 templates whose `@CANARY@` (a host directory outside every sandbox), `@PORT@` (a TCP port
 listening on the host's 127.0.0.1) and `@VICTIM@` / `@VICTIM_TABLE@` (another live episode's
 LLB-DB database and table) are filled in per run. `AttackScript` is the scripted model: the
-responder of a Chat Completions server (tests/chat_server.py) that answers with the current
+responder of a Chat Completions server (benchmarks/testing/chat_server.py) that answers with the current
 attack's replies, and answers HLE's judge as a sloppy judge that quotes the response it judges.
 
 `run_attack` plays one attack as one episode of a real adapter and checks that it is contained:

@@ -1,7 +1,7 @@
 """BigCodeBench: write one Python function per task; its own unittest, run in a sandbox, grades it.
 
 One LLM call per episode. The reply's code is joined with the task's tests and run by
-`benchmarks/bcb_check.py` inside `benchmarks.sandbox` (bubblewrap: no network, read-only host,
+`benchmarks/memrl_bench/adapters/bcb_check.py` inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
 time/memory/process limits). Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR and
 MISSING_LIBRARY (a module not installed here: an environment error, reported apart).
 """

@@ -13,7 +13,7 @@ An image is tagged `memrl/<name>:<version>`, the version being a hash of what go
 a new tag (and older tags of the same name are removed). Building is idempotent and happens on
 first use; to build ahead of time (or see the tags):
 
-    python -m benchmarks.docker_images [llb-os] [llb-db]
+    python -m memrl_bench.environments.docker_images [llb-os] [llb-db]
 """
 
 from __future__ import annotations

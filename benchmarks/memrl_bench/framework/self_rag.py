@@ -19,7 +19,7 @@ Differences from the paper: discrete labels instead of token probabilities (no s
 retrieval threshold on p([Retrieve])), irrelevant memories are dropped instead of ranked last,
 one segment per episode (the whole answer) instead of a segment-level beam, and the critic is
 the agent's own model, not a trained one. It needs an episode that is a single generation
-(`benchmarks.protocol.SingleGeneration`): a multi-step environment cannot produce parallel
+(`memrl_bench.framework.protocol.SingleGeneration`): a multi-step environment cannot produce parallel
 candidates without playing the task several times, which would let the environment's verdict
 pick the answer.
 """
