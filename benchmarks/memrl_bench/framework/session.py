@@ -30,7 +30,7 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def default_config(name: str) -> str | None:
