@@ -185,7 +185,7 @@ def test_one_command_compares_every_method(tmp_path: Path):
     assert cells["pass@k"][-4] == cells["pass@k"][-5] != "–" and cells["self-rag"][-4] == "–"  # pass@k = its CSR
     if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
         assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
-    stored = json.loads((tmp_path / "toy_benchmark_Passcodes-comparison.json").read_text())
+    stored = json.loads((tmp_path / f"{TOY.replace(':', '_')}-comparison.json").read_text())
     assert [s["method"] for s in stored] == methods
     by_method = {s["method"]: s for s in summaries}
     assert by_method["memrl"]["accuracy"][2] == 1.0 and by_method["none"]["accuracy"][2] < 1.0
