@@ -336,7 +336,7 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, E2E_GAMES, 0, "train")  # the games `--limit` picks
-    env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parents[1])}
     env.pop("MEMRL_DB", None)
     with ScriptedChatServer(learning_responder(tasks)) as server:
         full = subprocess.run(e2e_args(data_root, server, tmp_path / "full"), env=env, capture_output=True, text=True,

@@ -167,7 +167,7 @@ def bench_cmd(server, runs_dir: Path, *extra: str) -> list[str]:
 
 def cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
     env["OPENAI_API_KEY"] = "sk-test-planted-key-000000000000"
     return env
 

@@ -66,7 +66,7 @@ def test_check_sends_the_run_parameters_and_names_the_rejected_one():
 
 def cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "MEMRL_MODEL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
     env["OPENAI_API_KEY"] = "sk-test-key"
     return env
 

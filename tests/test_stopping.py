@@ -22,7 +22,6 @@ from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).parent
 
 
 def session_processes(sid: int) -> list[str]:
@@ -70,7 +69,7 @@ def terminate_and_check(proc: subprocess.Popen) -> str:
 def env() -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "OPENAI_API_KEY",
                                                              "MEMRL_MODEL")}
-    clean["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), clean.get("PYTHONPATH", "")])
+    clean["PYTHONPATH"] = os.pathsep.join([str(REPO), clean.get("PYTHONPATH", "")])
     return clean
 
 

@@ -168,7 +168,7 @@ def test_a_vec0_index_that_differs_is_rebuilt_from_the_raw_vectors(tmp_path: Pat
 def test_api_key_never_reaches_bank_run_outputs_or_logs(tmp_path: Path) -> None:
     key = "sk-planted-" + os.urandom(12).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env.update(OPENAI_API_KEY=key, PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
+    env.update(OPENAI_API_KEY=key, PYTHONPATH=os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")]))
     with ScriptedChatServer(responder) as server:
         done = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "benchmarks.testing.toy_benchmark:Passcodes", "--epochs", "2",
                                "--batch-size", "2", "--threshold", "0.3", "--option", "rooms=3", "--workers", "1",
