@@ -598,7 +598,7 @@ def bench(
 ) -> None:
     """Run the runtime-learning loop on a benchmark and report accuracy, CSR and forgetting per epoch."""
     with command(as_json):
-        from benchmarks import session
+        from memrl_bench.framework import session
 
         flags = {"epochs": epochs, "batch_size": batch_size, "limit": limit, "eval_limit": eval_limit,
                  "eval_every": eval_every, "k1": k1,

@@ -18,7 +18,7 @@ REFLECTION_SYSTEM = ("You analyse a failed agent episode. In a few sentences say
 
 
 class Chat(Protocol):
-    """Anything with a Chat Completions `chat` method (e.g. `memrl_cli.llm.ChatClient`)."""
+    """Anything with a Chat Completions `chat` method (e.g. `memrl_bench.framework.llm.ChatClient`)."""
 
     def chat(self, messages: list[dict[str, Any]], **params: Any) -> str:
         """Return the assistant's reply."""

@@ -3,7 +3,7 @@ a test needs and this machine lacks (`unavailable`: skip, or fail under CI); one
 
 `bank_at` runs a test once per engine: it makes new bank locations (SQLite files, or fresh
 PostgreSQL databases). The server is `MEMRL_TEST_PG_DSN` when set (an admin `postgresql://` URL of a
-server with pgvector >= 0.8 that may create databases), else a throwaway local server (benchmarks/pg_server.py) started once per session.
+server with pgvector >= 0.8 that may create databases), else a throwaway local server (benchmarks/testing/pg_server.py) started once per session.
 Without either, the tests that use it are skipped, except under CI (`CI` set), where they fail.
 """
 
@@ -60,7 +60,7 @@ def pg_server_dsn() -> Iterator[str]:
         yield external
         return
     try:
-        from benchmarks.pg_server import LocalPostgres
+        from benchmarks.testing.pg_server import LocalPostgres
 
         server = LocalPostgres()
         server.start()
@@ -81,7 +81,7 @@ def pg_server_dsn() -> Iterator[str]:
 @pytest.fixture
 def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
     """URL of a fresh database with the vector extension, dropped after the test."""
-    from benchmarks.pg_server import temporary_database
+    from benchmarks.testing.pg_server import temporary_database
 
     with temporary_database(pg_server_dsn, "memrl_test") as url:
         yield url
@@ -97,7 +97,7 @@ def bank_at(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
     if request.param == "sqlite":
         yield lambda name: str(tmp_path / f"{name}.db")
         return
-    from benchmarks.pg_server import temporary_database
+    from benchmarks.testing.pg_server import temporary_database
 
     server = request.getfixturevalue("pg_server_dsn")
     with contextlib.ExitStack() as databases:

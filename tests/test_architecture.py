@@ -1,5 +1,7 @@
 """The import rules of docs/architecture.md, checked: the core loads no harness code, the CLI loads
-it lazily in one place, the method is pure, and SQL outside the Store may only shrink."""
+it lazily in one place, the method is pure, the installed harness (`memrl_bench`) finds adapters only
+through its registry and never needs the repository's own parts, the install holds `memrl_cli` and
+`memrl_bench` only, and SQL outside the Store may only shrink."""
 
 from __future__ import annotations
 
@@ -15,15 +17,19 @@ from memrl_cli.bank import MemoryBank
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = sorted((ROOT / "memrl_cli").glob("*.py"))
+HARNESS = ROOT / "benchmarks" / "memrl_bench"  # installed as `memrl_bench`
+# The harness, installed, and the repository's own parts of benchmarks/ (perf, learning, testing): the core
+# imports none of them.
+HARNESS_ROOTS = ("memrl_bench", "benchmarks")
 METHOD = {"retrieve", "learn", "scan", "experience"}  # rule 4: pure, no bank, no Store
 # Rule 6 does not hold yet: modules that still run SQL on a bank's connection (docs/architecture.md).
 # Remove a module once its SQL moves behind the Store; never add one.
 STORE = {"memrl_cli/store.py", "memrl_cli/sqlite.py", "memrl_cli/postgres.py", "memrl_cli/schema.py",
          "memrl_cli/bank.py"}
 SQL_OUTSIDE_THE_STORE = {"memrl_cli/hygiene.py", "memrl_cli/inspection.py", "memrl_cli/report.py",
-                         "memrl_cli/runs.py", "memrl_cli/transfer.py", "benchmarks/baselines.py",
-                         "benchmarks/learning/table.py", "benchmarks/pg_server.py"}
-OWN_DATABASES = {"benchmarks/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
+                         "memrl_cli/runs.py", "memrl_cli/transfer.py", "benchmarks/memrl_bench/framework/baselines.py",
+                         "benchmarks/learning/table.py", "benchmarks/testing/pg_server.py"}
+OWN_DATABASES = {"benchmarks/memrl_bench/adapters/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
 MEASUREMENT = "benchmarks/perf/"  # the performance scripts measure the engines themselves
 
 
@@ -39,7 +45,7 @@ def imports(path: Path) -> list[tuple[str, str | None, bool]]:
             if isinstance(child, ast.Import):
                 found.extend((alias.name, function, function is None) for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                found.extend((f"{child.module}.{alias.name}" if child.module in ("memrl_cli", "benchmarks")
+                found.extend((f"{child.module}.{alias.name}" if is_package(child.module)
                               else child.module, function, function is None) for alias in child.names)
             visit(child, function)
 
@@ -47,21 +53,28 @@ def imports(path: Path) -> list[tuple[str, str | None, bool]]:
     return found
 
 
+def is_package(module: str) -> bool:
+    """Whether a dotted name is one of the project's packages (so `from it import name` may import a module)."""
+    path = module.replace(".", "/")
+    return (ROOT / path / "__init__.py").is_file() or (ROOT / "benchmarks" / path / "__init__.py").is_file() \
+        or module in HARNESS_ROOTS or module.startswith("benchmarks.")
+
+
 def is_harness(module: str) -> bool:
-    return module == "benchmarks" or module.startswith("benchmarks.")
+    return module.split(".")[0] in HARNESS_ROOTS
 
 
 def test_the_core_never_imports_the_harness_at_module_level() -> None:
     offending = [f"{path.name}: {module}" for path in CORE for module, _, top in imports(path)
                  if top and is_harness(module)]
-    assert not offending, f"memrl_cli imports benchmarks at module level (docs/architecture.md, rule 1): {offending}"
+    assert not offending, f"memrl_cli imports the harness at module level (docs/architecture.md, rule 1): {offending}"
 
 
 def test_the_cli_loads_the_harness_in_one_place() -> None:
     sites = sorted({(path.name, function, module) for path in CORE for module, function, _ in imports(path)
                     if is_harness(module)})
-    assert sites == [("cli.py", "bench", "benchmarks.session")], \
-        f"memrl_cli imports benchmarks outside `cli.bench` (docs/architecture.md, rule 2): {sites}"
+    assert sites == [("cli.py", "bench", "memrl_bench.framework.session")], \
+        f"memrl_cli imports the harness outside `cli.bench` (docs/architecture.md, rule 2): {sites}"
 
 
 def test_the_method_modules_are_pure() -> None:
@@ -70,6 +83,32 @@ def test_the_method_modules_are_pure() -> None:
         used = {module.split(".", 2)[0] + "." + module.split(".", 2)[1] for module, _, _ in
                 imports(ROOT / "memrl_cli" / f"{name}.py") if module.startswith("memrl_cli.")}
         assert used <= allowed, f"memrl_cli/{name}.py imports {sorted(used - allowed)} (docs/architecture.md, rule 4)"
+
+
+def harness_modules(role: str) -> list[Path]:
+    return sorted((HARNESS / role).glob("*.py"))
+
+
+def test_the_harness_finds_adapters_only_through_its_registry() -> None:
+    """The framework and the environments never import an adapter: a benchmark is one module plus one
+    entry point (docs/bench.md), found by `memrl_bench.framework.registry`."""
+    offending = [f"{path.relative_to(ROOT)}: {module}" for role in ("framework", "environments")
+                 for path in harness_modules(role) for module, _, _ in imports(path)
+                 if module.startswith("memrl_bench.adapters")]
+    assert not offending, f"the harness imports an adapter (docs/architecture.md, rule 5): {offending}"
+
+
+def test_the_installed_harness_needs_nothing_from_the_repository() -> None:
+    """`memrl_bench` is installed; benchmarks/perf, benchmarks/learning, benchmarks/testing and tests/ are
+    not: it never imports them, and nothing under benchmarks/ puts a folder on `sys.path`."""
+    installed = sorted(HARNESS.rglob("*.py"))
+    assert len(installed) > 20, installed  # the walk really sees the harness
+    offending = [f"{path.relative_to(ROOT)}: {module}" for path in installed for module, _, _ in imports(path)
+                 if module.split(".")[0] in ("benchmarks", "tests", "conftest", "bench_data", "served")]
+    assert not offending, f"memrl_bench imports a part of the repository that is not installed (rule 7): {offending}"
+    edits = [path.relative_to(ROOT).as_posix() for path in sorted((ROOT / "benchmarks").rglob("*.py"))
+             if "sys.path." in path.read_text(encoding="utf-8")]
+    assert not edits, f"{edits} edit sys.path: import the repository's parts as benchmarks.testing etc."
 
 
 def runs_sql(path: Path) -> bool:
@@ -96,7 +135,7 @@ import memrl_cli
 from memrl_cli.cli import main
 
 def harness():
-    return sorted(m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks."))
+    return sorted(m for m in sys.modules if m.split(".")[0] in ("memrl_bench", "benchmarks"))
 
 out, commands = sys.argv[1], json.loads(sys.argv[2])
 report, missing = {}, []
@@ -106,7 +145,7 @@ for info in pkgutil.iter_modules(memrl_cli.__path__):
     try:
         importlib.import_module(f"memrl_cli.{info.name}")
     except ImportError as exc:  # an optional extra that is not installed
-        if exc.name and exc.name.split(".")[0] in ("memrl_cli", "benchmarks"):
+        if exc.name and exc.name.split(".")[0] in ("memrl_cli", "memrl_bench", "benchmarks"):
             raise
         missing.append(info.name)
 report["import every module"] = harness()
@@ -123,7 +162,7 @@ print(json.dumps({"report": report, "missing": missing}), file=open(out, "w"))
 
 def test_importing_and_running_the_core_loads_no_benchmark_module(tmp_path: Path) -> None:
     """A fresh interpreter imports every module of memrl_cli and runs `memrl --help`, `memrl bench --help`
-    and `memrl retrieve` on a bank: no `benchmarks` module is loaded at any step."""
+    and `memrl retrieve` on a bank: no `memrl_bench` (or `benchmarks`) module is loaded at any step."""
     db = str(tmp_path / "b.db")
     with MemoryBank(db, "external:test:4") as bank:
         bank.ingest("heat an egg", "microwave", "success", vector=[1.0, 0.0, 0.0, 0.0])
@@ -140,3 +179,24 @@ def test_importing_and_running_the_core_loads_no_benchmark_module(tmp_path: Path
     assert not loaded, f"benchmark code loaded by the core (docs/architecture.md, rule 3): {loaded}"
     if result["missing"]:
         pytest.skip(f"not importable without their extras: {result['missing']} (the rest was checked)")
+
+
+FIND = """
+import importlib.util, json, sys
+print(json.dumps({name: (spec.origin if (spec := importlib.util.find_spec(name)) else None)
+                  for name in sys.argv[1:]}))
+"""
+
+
+def test_the_install_exposes_memrl_cli_and_memrl_bench_only(tmp_path: Path) -> None:
+    """An interpreter outside the checkout (isolated: no PYTHONPATH, no current directory on the path)
+    imports `memrl_cli` and `memrl_bench` from this checkout's install, and no top-level `benchmarks`:
+    the repository's own parts of benchmarks/ stay out of site-packages, where the name would collide."""
+    done = subprocess.run([sys.executable, "-I", "-c", FIND, "memrl_cli", "memrl_bench", "benchmarks"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["benchmarks"] is None, f"the install exposes a top-level `benchmarks` (rule 7): {found['benchmarks']}"
+    assert found["memrl_bench"] and found["memrl_cli"], f"not installed (pip install -e .): {found}"
+    if Path(found["memrl_cli"]).is_relative_to(ROOT):  # an editable install of this checkout
+        assert Path(found["memrl_bench"]) == HARNESS / "__init__.py", found

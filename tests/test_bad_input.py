@@ -34,7 +34,7 @@ V = json.dumps([0.5, 0.1, -0.2, 0.3, 0.0, 0.7, -0.1, 0.2])
 NAN_V = V.replace("0.5", "NaN", 1)
 INF_V = V.replace("0.5", "Infinity", 1)
 ZERO_V = json.dumps([0.0] * DIM)
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 DEAD_URL = "http://127.0.0.1:9/v1"
 
 Prepare = Callable[[Path, Path], list[str]]  # (case dir, bank) -> argv after `memrl`
@@ -350,7 +350,7 @@ def run_case(case: Case, d: Path, template: Path) -> Outcome:
         target = Path(argv[argv.index("--db") + 1]) if "--db" in argv else db
         before = checksum(target)
         env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_API_KEY", "OPENAI_BASE_URL")}
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
         done = subprocess.run([*case.wrap, sys.executable, "-m", "memrl_cli", *argv], input=case.stdin or b"",
                               capture_output=True, env=env, timeout=180)
         return Outcome(done.returncode, done.stderr.decode(errors="replace"), before, checksum(target))

@@ -12,20 +12,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import code, responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import code, responder
 
-from benchmarks.baselines import ADJUST_SYSTEM, REFLEXION_WINDOW
-from benchmarks.harness import BenchConfig, comparison_table, progress_printer, run_benchmark
-from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
-from benchmarks.session import bench
+from memrl_bench.framework.baselines import ADJUST_SYSTEM, REFLEXION_WINDOW
+from memrl_bench.framework.harness import BenchConfig, comparison_table, progress_printer, run_benchmark
+from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
+from memrl_bench.framework.session import bench
 from memrl_cli import inspection
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 METRICS = ("accuracy", "csr", "forgetting", "eval_accuracy", "last_epoch_accuracy", "final_csr", "episodes")
 
 PLOTS = importlib.util.find_spec("matplotlib") is not None
@@ -185,7 +185,7 @@ def test_one_command_compares_every_method(tmp_path: Path):
     assert cells["pass@k"][-4] == cells["pass@k"][-5] != "–" and cells["self-rag"][-4] == "–"  # pass@k = its CSR
     if PLOTS:  # the plots extra draws the curves; without it the run says so and skips them
         assert Path(summaries[0]["comparison_plot"]).stat().st_size > 1000
-    stored = json.loads((tmp_path / "toy_benchmark_Passcodes-comparison.json").read_text())
+    stored = json.loads((tmp_path / f"{TOY.replace(':', '_')}-comparison.json").read_text())
     assert [s["method"] for s in stored] == methods
     by_method = {s["method"]: s for s in summaries}
     assert by_method["memrl"]["accuracy"][2] == 1.0 and by_method["none"]["accuracy"][2] < 1.0

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from benchmarks.alfworld import (
+from memrl_bench.adapters.alfworld import (
     EXAMPLE_PREFIX,
     SYSTEM_PROMPT,
     TURN_PREFIX,
@@ -26,12 +26,12 @@ from benchmarks.alfworld import (
     replay_walkthrough,
     walkthrough_responder,
 )
-from benchmarks.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
-from benchmarks.protocol import Benchmark, Task
+from memrl_bench.adapters.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
+from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_bench.framework.llm import ChatClient, LLMSettings
 import bench_data
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 
 DATA = bench_data.alfworld()  # $ALFWORLD_DATA, ~/.cache/alfworld, else the archive in ../shared/data
 AUTHORS_EXAMPLES = bench_data.alfworld_examples()
@@ -280,7 +280,7 @@ E2E_STEPS = 20
 
 def test_limit_60_covers_all_six_task_types(data_root: Path) -> None:
     """`--limit 60` samples the training games by task type: the first 200 by id are one type."""
-    from benchmarks.harness import stratified_sample
+    from memrl_bench.framework.harness import stratified_sample
 
     train = AlfworldBenchmark(data=str(data_root)).tasks("train")
     assert len(train) == 3553 and len({t.meta["task_type"] for t in train[:200]}) == 1
@@ -296,7 +296,7 @@ def learning_responder(tasks: list[Task]):
     task is close enough (≥ 0.95 cosine: other trials of the same task) recall memories and succeed,
     so the harness must store, retrieve and reward them.
     """
-    from benchmarks.alfworld import MEMORY_INTRO
+    from memrl_bench.adapters.alfworld import MEMORY_INTRO
     from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
     replay = walkthrough_responder(tasks)
@@ -328,15 +328,15 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
     import subprocess
     import time
 
-    from benchmarks import metrics
+    from memrl_bench.framework import metrics
     from memrl_cli import inspection
     from memrl_cli.bank import MemoryBank
 
-    from benchmarks.harness import stratified_sample
+    from memrl_bench.framework.harness import stratified_sample
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, E2E_GAMES, 0, "train")  # the games `--limit` picks
-    env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parents[1])}
     env.pop("MEMRL_DB", None)
     with ScriptedChatServer(learning_responder(tasks)) as server:
         full = subprocess.run(e2e_args(data_root, server, tmp_path / "full"), env=env, capture_output=True, text=True,
@@ -495,7 +495,7 @@ def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tm
     2 worker processes) give the same episodes, memories, receipts and ledger as one at a time."""
     from test_harness import learned
 
-    from benchmarks.harness import BenchConfig, run_benchmark, stratified_sample
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, 4, 0, "train")

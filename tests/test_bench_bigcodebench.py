@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bigcodebench import BigCodeBench, canonical_program, extract_code, format_memories
-from benchmarks.protocol import Benchmark
+from memrl_bench.adapters.bigcodebench import BigCodeBench, canonical_program, extract_code, format_memories
+from memrl_bench.framework.protocol import Benchmark
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_bench.framework.llm import ChatClient, LLMSettings
 import bench_data
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 
 DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
 needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
@@ -165,9 +165,9 @@ def test_complete_prompt_split_plays_the_completion_prompt() -> None:
 @needs_bwrap
 def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     """Two epochs of `run_benchmark`: canonical replies pass, every episode becomes a memory and is rewarded."""
-    from chat_server import distilling
+    from benchmarks.testing.chat_server import distilling
 
-    from benchmarks.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 
@@ -196,10 +196,10 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
 @needs_bwrap
 def test_self_rag_on_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     """BigCodeBench is a single generation, so self-rag applies: relevance per memory, one graded program."""
-    from chat_server import distilling
+    from benchmarks.testing.chat_server import distilling
 
-    from benchmarks.harness import BenchConfig, run_benchmark
-    from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
     from memrl_cli.bank import MemoryBank
 
     rows = rows_by_id()

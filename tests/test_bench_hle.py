@@ -19,11 +19,11 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="the hle extra is not installed: pip install -e '.[hle]'")
 import pyarrow.parquet as pq  # noqa: E402
 
-from benchmarks.hle import HLE, answer_letter, extract_answer, local_verdict, normalize_answer, parse_judgement  # noqa: E402
-from benchmarks.protocol import Benchmark  # noqa: E402
+from memrl_bench.adapters.hle import HLE, answer_letter, extract_answer, local_verdict, normalize_answer, parse_judgement  # noqa: E402
+from memrl_bench.framework.protocol import Benchmark  # noqa: E402
 from memrl_cli.errors import MemrlError  # noqa: E402
-from memrl_cli.llm import ChatClient, LLMSettings  # noqa: E402
-from chat_server import ScriptedChatServer  # noqa: E402
+from memrl_bench.framework.llm import ChatClient, LLMSettings  # noqa: E402
+from benchmarks.testing.chat_server import ScriptedChatServer  # noqa: E402
 
 
 def tiny_png() -> bytes:
@@ -389,9 +389,9 @@ def test_judge_api_key_env_must_be_set(jsonl_file: Path, monkeypatch: pytest.Mon
 
 def test_bench_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None:
     """Two epochs of `run_benchmark` on the fixture: right answers graded locally, memories stored and rewarded."""
-    from chat_server import distilling
+    from benchmarks.testing.chat_server import distilling
 
-    from benchmarks.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 
@@ -412,10 +412,10 @@ def test_bench_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None
 
 def test_self_rag_plays_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None:
     """HLE is a single generation: self-rag judges relevance per memory, critiques several answers, grades one."""
-    from chat_server import distilling
+    from benchmarks.testing.chat_server import distilling
 
-    from benchmarks.harness import BenchConfig, run_benchmark
-    from benchmarks.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
     from memrl_cli.bank import MemoryBank
 
     answers = {row["question"]: row["answer"] for row in ROWS}

@@ -21,10 +21,11 @@ import pytest
 
 pytest.importorskip("pymysql", reason="the llb extra is not installed: pip install -e '.[llb]'")
 import bench_data  # noqa: E402
-from chat_server import ScriptedChatServer  # noqa: E402
+from benchmarks.testing.chat_server import ScriptedChatServer  # noqa: E402
 
-from benchmarks import llb_common, mysql_server  # noqa: E402
-from benchmarks.llb_db import (
+from memrl_bench.adapters import llb_common  # noqa: E402
+from memrl_bench.environments import mysql_server  # noqa: E402
+from memrl_bench.adapters.llb_db import (
     DB_OUTPUT_FORMAT,
     SPLIT_FILES,
     EpisodeDatabase,
@@ -34,9 +35,9 @@ from benchmarks.llb_db import (
     instruction_text,
     parse_action,
 )
-from benchmarks.protocol import Benchmark, Task
+from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_bench.framework.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = bench_data.directory("llb", "LLB_DATA", "db_val.json")  # $LLB_DATA, else ../shared/data/llb
@@ -306,8 +307,8 @@ def test_worker_processes_share_one_server(adapter: LLBDatabase) -> None:
 
 _LIFECYCLE_SCRIPT = """
 import json, sys
-from benchmarks.llb_db import LLBDatabase
-from benchmarks import mysql_server
+from memrl_bench.adapters.llb_db import LLBDatabase
+from memrl_bench.environments import mysql_server
 bench = LLBDatabase(data=sys.argv[1], server="mariadb")
 address = bench.address()
 record = mysql_server.running_server()
@@ -353,9 +354,9 @@ def test_ground_truths_reproduce_on_mariadb(adapter: LLBDatabase) -> None:
 
 def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
     """Two epochs of `run_benchmark` on a real MariaDB with a ground-truth agent: all correct, all remembered."""
-    from chat_server import distilling
+    from benchmarks.testing.chat_server import distilling
 
-    from benchmarks.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 

@@ -1,6 +1,6 @@
 """The LLB Docker backends on a real Docker daemon: images, limits, cleanup, ground truths.
 
-The images are built on first use (`benchmarks.docker_images`: debootstrap + `docker import`;
+The images are built on first use (`memrl_bench.environments.docker_images`: debootstrap + `docker import`;
 ~5 min cold for llb-db, seconds once cached). The LLB-DB and LLB-OS ground-truth cases of
 tests/test_bench_llb_db.py and tests/test_bench_llb_os.py run here through the Docker
 backends. Without a Docker daemon these tests skip with the reason, except under CI (`CI`
@@ -23,17 +23,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
 from test_bench_llb_os import (LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
-from benchmarks import docker_images, hostile, mysql_server
-from benchmarks.llb_db import SPLIT_FILES as DB_SPLITS
-from benchmarks.llb_db import LLBDatabase
-from benchmarks.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
-from benchmarks.os_sandbox import DockerSandbox, SandboxFactory
+from memrl_bench.environments import docker_images, mysql_server
+from benchmarks.testing import hostile
+from memrl_bench.adapters.llb_db import SPLIT_FILES as DB_SPLITS
+from memrl_bench.adapters.llb_db import LLBDatabase
+from memrl_bench.adapters.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
+from memrl_bench.environments.os_sandbox import DockerSandbox, SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -276,8 +277,8 @@ def test_db_ground_truths_reproduce_through_docker(db_adapter: LLBDatabase) -> N
 
 _INTERRUPTED_RUN = """
 import json, sys, time
-from benchmarks import mysql_server
-from benchmarks.os_sandbox import SandboxFactory
+from memrl_bench.environments import mysql_server
+from memrl_bench.environments.os_sandbox import SandboxFactory
 mysql_server.acquire("docker")
 sandbox = SandboxFactory(backend="docker").create()
 sandbox.run("(sleep 300 &); true")

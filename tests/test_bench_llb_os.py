@@ -22,10 +22,10 @@ from typing import Callable, Iterator
 
 import pytest
 import bench_data  # noqa: E402
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 
-from benchmarks import llb_common
-from benchmarks.llb_os import (
+from memrl_bench.adapters import llb_common
+from memrl_bench.adapters.llb_os import (
     CORRECT,
     ENV_ERROR,
     FORMAT_ERROR,
@@ -35,10 +35,10 @@ from benchmarks.llb_os import (
     LLBOperatingSystem,
     parse_action,
 )
-from benchmarks.os_sandbox import BwrapSandbox, CommandResult, SandboxFactory, ensure_rootfs
-from benchmarks.protocol import Benchmark, Task
+from memrl_bench.environments.os_sandbox import BwrapSandbox, CommandResult, SandboxFactory, ensure_rootfs
+from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings
+from memrl_bench.framework.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = bench_data.directory("llb", "LLB_DATA", "os_interaction_val.json")  # $LLB_DATA, else ../shared/data/llb

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import responder
 
-from benchmarks import registry
-from benchmarks.harness import BenchConfig, run_benchmark, stratified_sample
-from benchmarks.protocol import Task
-from benchmarks.session import default_config, read_config
+from memrl_bench.framework import registry
+from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+from memrl_bench.framework.protocol import Task
+from memrl_bench.framework.session import default_config, read_config
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 from memrl_cli.retrieve import Candidate, RetrieveParams, phase_b, zscores
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 BCB_DATA = ROOT.parent / "shared" / "data" / "bigcodebench"
@@ -194,3 +194,42 @@ def test_bench_bigcodebench_without_config_runs_the_authors_protocol(tmp_path):
     split = json.loads((BCB_DATA / "split_full_seed123.json").read_text())
     episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").read_text().splitlines()]
     assert len(episodes) == 2 and {e["task_id"] for e in episodes} <= set(split["train_ids"])
+
+
+# -- a new benchmark is one module plus one entry point (docs/bench.md) -----------------------
+
+def test_the_documented_benchmark_is_one_module_plus_one_entry_point(tmp_path, monkeypatch):
+    """docs/bench.md's example module and entry-point line, installed as pip would (a module and a
+    dist-info on the path): `memrl bench sums` finds it by name and plays it."""
+    doc = (ROOT / "docs" / "bench.md").read_text(encoding="utf-8").split("## Adding a benchmark", 1)[1]
+    module = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    entry = doc.split("```toml\n", 1)[1].split("```", 1)[0].splitlines()
+    assert entry[0] == '[project.entry-points."memrl.benchmarks"]' and len(entry) == 2, entry
+    name, target = (part.strip().strip('"') for part in entry[1].split("=", 1))
+    (tmp_path / f"{target.split(':')[0]}.py").write_text(module, encoding="utf-8")
+    info = tmp_path / "memrl_sums_example-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: memrl-sums-example\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[memrl.benchmarks]\n{name} = {target}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, target.split(":")[0], raising=False)
+
+    assert name in registry.available()
+    with pytest.raises(MemrlError, match="has no option rooms; its options: count"):
+        registry.create(name, None, None, {"rooms": 3})
+
+    def answer(request):
+        system, query = request["messages"][0]["content"], request["messages"][-1]["content"]
+        if system.startswith("Answer with the number only."):
+            a, b = map(int, query.removeprefix("What is ").removesuffix("?").split(" + "))
+            return str(a + b)
+        return "Add the two numbers and answer with the sum alone."
+
+    with ScriptedChatServer(answer) as sums_server:
+        config = BenchConfig(benchmark=name, epochs=2, batch_size=4, eval_splits=["test"], options={"count": 4})
+        summary = run_benchmark(config, settings(sums_server), runs_dir=str(tmp_path / "runs"), workers=0)
+    assert summary["accuracy"] == {1: 1.0, 2: 1.0}
+    with MemoryBank(summary["bank"], create=False) as bank:
+        # one memory per task: epoch 2 replays epoch 1's episodes, and an exact duplicate shares its memory
+        assert bank.conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 4
+    assert sys.modules[target.split(":")[0]].__file__ == str(tmp_path / "my_bench.py")

@@ -1,6 +1,6 @@
 """Embedders and the fingerprint that stops a bank from being read with the wrong one.
 
-The `openai:` embedder talks to a real HTTP server on 127.0.0.1 (tests/chat_server.py).
+The `openai:` embedder talks to a real HTTP server on 127.0.0.1 (benchmarks/testing/chat_server.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 from memrl_cli.bank import MemoryBank
 from memrl_cli import embed
 from memrl_cli.embed import MODELS_DIR, PROBE_TEXT, check_fingerprint, fingerprint, get_embedder, normalise

@@ -1,4 +1,4 @@
-"""The runtime-learning harness end to end on the passcode benchmark (tests/toy_benchmark.py),
+"""The runtime-learning harness end to end on the passcode benchmark (benchmarks/testing/toy_benchmark.py),
 with a real Chat Completions server on 127.0.0.1 answering from a script."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import responder
 
-from benchmarks import metrics
-from benchmarks.harness import BenchConfig, episode_groups, run_benchmark
+from memrl_bench.framework import metrics
+from memrl_bench.framework.harness import BenchConfig, episode_groups, run_benchmark
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
 
 PLOTS = importlib.util.find_spec("matplotlib") is not None
@@ -145,7 +145,7 @@ def test_episode_groups_deal_every_position_once_within_the_limit(n, processes, 
 
 
 def test_bad_concurrency_is_one_line_and_writes_nothing(tmp_path):
-    from benchmarks.session import bench
+    from memrl_bench.framework.session import bench
 
     from memrl_cli.errors import MemrlError
 
@@ -167,7 +167,7 @@ def bench_cmd(server, runs_dir: Path, *extra: str) -> list[str]:
 
 def cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
     env["OPENAI_API_KEY"] = "sk-test-planted-key-000000000000"
     return env
 
@@ -243,7 +243,7 @@ def test_limit_cuts_only_the_training_stream(server, tmp_path):
 
 
 def test_method_settings_are_resolved_before_any_run(tmp_path):
-    from benchmarks.session import bench
+    from memrl_bench.framework.session import bench
 
     from memrl_cli.errors import MemrlError
 
@@ -264,7 +264,7 @@ def test_method_settings_are_resolved_before_any_run(tmp_path):
 
 
 def test_lambda_override_applies_to_memrl_only_and_config_method_is_used(server, tmp_path):
-    from benchmarks.session import bench
+    from memrl_bench.framework.session import bench
 
     config = tmp_path / "bench.yaml"
     config.write_text("bench:\n  method: memrl,rag\n  epochs: 1\n")

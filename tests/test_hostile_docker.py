@@ -1,4 +1,4 @@
-"""The hostile-agent suite (benchmarks/hostile.py) through the Docker backends of LLB-OS and LLB-DB.
+"""The hostile-agent suite (benchmarks/testing/hostile.py) through the Docker backends of LLB-OS and LLB-DB.
 
 The same attacks as tests/test_hostile.py, each played as one episode of the real adapter on a
 real Docker daemon: LLB-OS in a container per episode (`backend=docker`), LLB-DB on MariaDB in a
@@ -18,9 +18,10 @@ import pytest
 from test_bench_llb_docker import client  # noqa: F401  (client: the session's daemon fixture)
 from test_hostile import agent, arena  # noqa: F401  (the same host canaries and scripted attacker)
 
-from benchmarks import hostile, mysql_server
+from benchmarks.testing import hostile
+from memrl_bench.environments import mysql_server
 from benchmarks.perf.hostile import data_paths
-from benchmarks.protocol import Benchmark
+from memrl_bench.framework.protocol import Benchmark
 
 DATA = bench_data.SHARED  # every benchmark's data, as on CI
 TARGETS = ("llb-os:docker", "llb-db:docker")

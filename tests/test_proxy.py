@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 from openai import OpenAI
 from served import cli_env, learned_state, seed, serving
 from test_cli import as_json, memrl

@@ -1,6 +1,6 @@
 """Reasoning models and LLM failures: no temperature unless asked, a fail-fast parameter check,
 and a run whose endpoint dies mid-way stops as `interrupted` and resumes to the same metrics.
-All against a real Chat Completions server on 127.0.0.1 (tests/chat_server.py)."""
+All against a real Chat Completions server on 127.0.0.1 (benchmarks/testing/chat_server.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer, is_check
-from toy_benchmark import responder
+from benchmarks.testing.chat_server import ScriptedChatServer, is_check
+from benchmarks.testing.toy_benchmark import responder
 
-from benchmarks.harness import BenchConfig, run_benchmark
+from memrl_bench.framework.harness import BenchConfig, run_benchmark
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
+from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
 REJECT = ("Unsupported value: 'temperature' does not support 0.3 with this model. "
           "Only the default (1) value is supported.")
@@ -66,7 +66,7 @@ def test_check_sends_the_run_parameters_and_names_the_rejected_one():
 
 def cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "MEMRL_MODEL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
     env["OPENAI_API_KEY"] = "sk-test-key"
     return env
 
@@ -140,7 +140,7 @@ def test_server_death_mid_run_leaves_an_interrupted_run_that_resumes_to_the_same
 
 
 def test_temperature_default_overrides_a_config_and_bad_values_are_one_line(tmp_path: Path, monkeypatch):
-    from benchmarks.session import llm_endpoint, parse_temperature
+    from memrl_bench.framework.session import llm_endpoint, parse_temperature
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("MEMRL_MODEL", raising=False)

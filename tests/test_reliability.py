@@ -19,7 +19,6 @@ from benchmarks.perf import crash, load
 from memrl_cli import inspection
 from memrl_cli.bank import MemoryBank
 
-TESTS = Path(__file__).parent
 
 
 def test_parallel_processes_lose_nothing(tmp_path: Path) -> None:
@@ -83,19 +82,14 @@ def test_kill_during_rewards(tmp_path: Path) -> None:
     assert report.kills == 4
 
 
-@pytest.fixture
-def tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(TESTS))
-
-
-def test_kill_during_benchmark_run_resumes_to_the_same_metrics(tmp_path: Path, tests_importable: None) -> None:
+def test_kill_during_benchmark_run_resumes_to_the_same_metrics(tmp_path: Path) -> None:
     report = crash.crash_bench(tmp_path, repeats=1, rng=random.Random(3), rooms=4, epochs=2)
     assert report.problems == []
     assert report.kills + report.finished_before_kill == 1
 
 
 @pytest.mark.slow
-def test_many_kills(tmp_path: Path, tests_importable: None) -> None:
+def test_many_kills(tmp_path: Path) -> None:
     rng = random.Random(4)
     reports = [crash.crash_ingest(tmp_path, 10, rng), crash.crash_reward(tmp_path, 10, rng),
                crash.crash_bench(tmp_path, 3, rng)]

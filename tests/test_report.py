@@ -1,6 +1,6 @@
 """`memrl report`: where learning stalls, counted from a real run's receipts and reward ledger.
 
-Each case is a run of the passcode benchmark (tests/toy_benchmark.py: a room's memory helps only
+Each case is a run of the passcode benchmark (benchmarks/testing/toy_benchmark.py: a room's memory helps only
 if it carries that room's code) through `run_benchmark` with a scripted chat server, small
 enough to follow by hand. One room, k2 = 1, rag (similarity only).
 """
@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import code, responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import code, responder
 
-from benchmarks.harness import BenchConfig, run_benchmark
+from memrl_bench.framework.harness import BenchConfig, run_benchmark
 from memrl_cli.bank import MemoryBank
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 from memrl_cli.report import learning_report
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 COUNTS = ("episodes", "successes", "receipts", "existed", "recalled", "selected")
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bigcodebench import python_readable_paths
-from benchmarks.sandbox import SandboxResult, live_pids_of_uid, run_sandboxed
+from memrl_bench.adapters.bigcodebench import python_readable_paths
+from memrl_bench.environments.sandbox import SandboxResult, live_pids_of_uid, run_sandboxed
 from memrl_cli.errors import MemrlError
 
 pytestmark = pytest.mark.skipif(

@@ -14,15 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
-from toy_benchmark import responder
+from benchmarks.testing.chat_server import ScriptedChatServer
+from benchmarks.testing.toy_benchmark import responder
 
-from benchmarks.local_llm import free_port, gguf_path, require_llama_server
+from memrl_bench.environments.local_llm import free_port, gguf_path, require_llama_server
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).parent
 
 
 def session_processes(sid: int) -> list[str]:
@@ -70,12 +69,12 @@ def terminate_and_check(proc: subprocess.Popen) -> str:
 def env() -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "OPENAI_API_KEY",
                                                              "MEMRL_MODEL")}
-    clean["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), clean.get("PYTHONPATH", "")])
+    clean["PYTHONPATH"] = os.pathsep.join([str(REPO), clean.get("PYTHONPATH", "")])
     return clean
 
 
 def bench(runs: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "memrl_cli", "bench", "toy_benchmark:Passcodes", "--epochs", "50",
+    return subprocess.Popen([sys.executable, "-m", "memrl_cli", "bench", "benchmarks.testing.toy_benchmark:Passcodes", "--epochs", "50",
                              "--batch-size", "2", "--option", "rooms=6", "--option", "delay=0.3",
                              "--runs-dir", str(runs), *extra], cwd=REPO, env=env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -114,7 +113,7 @@ def test_sigterm_to_bench_stops_the_local_model_server(tmp_path: Path) -> None:
 
 def test_sigterm_to_the_local_model_launcher_stops_its_server() -> None:
     _offline_model_or_skip()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.local_llm", "--port", str(free_port())], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "memrl_bench.environments.local_llm", "--port", str(free_port())], cwd=REPO,
                             env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     assert proc.stdout is not None

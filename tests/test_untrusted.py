@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from chat_server import ScriptedChatServer
+from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import error_line
-from toy_benchmark import responder
+from benchmarks.testing.toy_benchmark import responder
 
 from memrl_cli import sqlite as memrl_sqlite
 from memrl_cli.bank import MemoryBank
@@ -168,9 +168,9 @@ def test_a_vec0_index_that_differs_is_rebuilt_from_the_raw_vectors(tmp_path: Pat
 def test_api_key_never_reaches_bank_run_outputs_or_logs(tmp_path: Path) -> None:
     key = "sk-planted-" + os.urandom(12).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env.update(OPENAI_API_KEY=key, PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
+    env.update(OPENAI_API_KEY=key, PYTHONPATH=os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")]))
     with ScriptedChatServer(responder) as server:
-        done = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "toy_benchmark:Passcodes", "--epochs", "2",
+        done = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "benchmarks.testing.toy_benchmark:Passcodes", "--epochs", "2",
                                "--batch-size", "2", "--threshold", "0.3", "--option", "rooms=3", "--workers", "1",
                                "--eval", "val", "--runs-dir", str(tmp_path / "runs"), "--base-url", server.base_url,
                                "--model", "scripted"], env=env, capture_output=True, text=True, timeout=300)

@@ -22,15 +22,14 @@ import hashlib
 import json
 import random
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.alfworld import MEMORY_INTRO, TURN_PREFIX, AlfworldBenchmark
-from benchmarks.alfworld_data import SHORT_TYPES, list_games, load_walkthrough
-from benchmarks.protocol import Task
+from memrl_bench.adapters.alfworld import MEMORY_INTRO, TURN_PREFIX, AlfworldBenchmark
+from memrl_bench.adapters.alfworld_data import SHORT_TYPES, list_games, load_walkthrough
+from memrl_bench.framework.protocol import Task
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
@@ -152,11 +151,10 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
     learning report's epochs, its last epoch's existed/recalled/selected, seconds, and the run
     directory (when `runs_dir` is given; otherwise the runs live in a temporary directory).
     """
-    sys.path.insert(0, str(REPO / "tests"))  # the scripted Chat Completions server used by the tests
-    from chat_server import ScriptedChatServer
+    from benchmarks.testing.chat_server import ScriptedChatServer
 
-    from benchmarks.harness import BenchConfig, run_benchmark
-    from memrl_cli.llm import LLMSettings
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.llm import LLMSettings
     from memrl_cli.report import learning_report
 
     data = data or str(ARCHIVE)

@@ -23,7 +23,7 @@ import hashlib
 import re
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, Task
+from memrl_bench.framework.protocol import LLM, Episode, Task
 
 OBJECTS = ["apple", "mug", "towel", "lamp", "book", "plate", "knife", "pillow", "candle", "bowl", "spoon", "vase"]
 ACTIONS = ["heat", "cool", "clean", "slice", "hide", "stack"]

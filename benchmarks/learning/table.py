@@ -19,10 +19,10 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-from benchmarks.harness import METHODS, BenchConfig, run_benchmark
+from memrl_bench.framework.harness import METHODS, BenchConfig, run_benchmark
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from memrl_cli.bank import MemoryBank
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
 ADAPTER = "benchmarks.learning.synthetic:Synthetic"
 NO_LLM = LLMSettings(model="none", base_url="http://127.0.0.1:9/v1", api_key="none")  # never called

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.bigcodebench import BigCodeBench, Verdict, canonical_program
+from memrl_bench.adapters.bigcodebench import BigCodeBench, Verdict, canonical_program
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ and checks the bank it left:
   the exact intent and vector they were sent with; each rewarded receipt has one ledger row per
   selected memory; every ledger row is complete; every recorded episode belongs to a committed
   batch;
-- a killed `memrl bench toy_benchmark:Passcodes` resumed with `--resume` ends with the same
+- a killed `memrl bench benchmarks.testing.toy_benchmark:Passcodes` resumed with `--resume` ends with the same
   metrics as an uninterrupted run.
 
 Writers continue on the same bank across repetitions, so each one also opens a bank that was
@@ -41,7 +41,6 @@ from memrl_cli import inspection
 from memrl_cli.bank import MemoryBank
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 DIM = 32
 SPEC = f"external:crash:{DIM}"
 BATCH = 25  # memories per ingest_many call in the API writer
@@ -49,7 +48,7 @@ FILE_LINES = 1000  # memories per `memrl ingest --jsonl` file in the CLI writer
 REWARDS = 10  # rewards per reward_many call
 FILE_REWARDS = 500  # rewards per `memrl reward --jsonl` file
 SEED_MEMORIES = 50  # memories the reward writer rewards
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 METRICS = ("accuracy", "csr", "forgetting", "last_epoch_accuracy", "final_csr", "mean_steps", "episodes")
 
 
@@ -66,9 +65,9 @@ def record(i: int) -> dict[str, Any]:
 
 
 def child_env() -> dict[str, str]:
-    """Environment for writers: the repo and tests/ importable, no bank from the caller's env."""
+    """Environment for writers: the repo importable, no bank from the caller's env."""
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["OPENAI_API_KEY"] = "sk-crash-test-not-a-real-key"
     return env
 
@@ -318,8 +317,8 @@ def bench_command(runs_dir: Path, base_url: str, rooms: int, epochs: int, *extra
 
 def uninterrupted(runs_dir: Path, base_url: str, rooms: int, epochs: int) -> tuple[dict[str, Any], float]:
     """The reference: the same run, uninterrupted (in this process); its metrics and its loop's duration."""
-    from benchmarks.harness import BenchConfig, run_benchmark
-    from memrl_cli.llm import LLMSettings
+    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.llm import LLMSettings
 
     config = BenchConfig(benchmark=TOY, epochs=epochs, batch_size=2, threshold=0.3,
                          options={"rooms": rooms, "delay": 0.1})
@@ -332,8 +331,8 @@ def uninterrupted(runs_dir: Path, base_url: str, rooms: int, epochs: int) -> tup
 
 def crash_bench(workdir: Path, repeats: int, rng: random.Random, rooms: int = 6, epochs: int = 3) -> KindReport:
     """Kill `memrl bench` at a random point of its run, resume it, compare with an uninterrupted run."""
-    from chat_server import ScriptedChatServer  # tests/ is on sys.path (see main)
-    from toy_benchmark import responder
+    from benchmarks.testing.chat_server import ScriptedChatServer
+    from benchmarks.testing.toy_benchmark import responder
 
     report = KindReport("bench")
     batches = epochs * -(-rooms // 2)
@@ -377,7 +376,6 @@ def main() -> None:
     if args.writer:
         {"ingest": writer_ingest, "reward": writer_reward}[args.writer[0]](args.writer[1])
         return
-    sys.path.insert(0, str(TESTS))
     rng = random.Random(args.seed)
     reports = []
     started = time.time()

@@ -22,7 +22,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,11 +29,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alfworld import INVALID_ACTION, TURN_PREFIX, AlfworldBenchmark, GameEnv, replay_walkthrough
-from benchmarks.alfworld_data import load_walkthrough, strip_banner
-from benchmarks.harness import BenchConfig, run_benchmark
+from memrl_bench.adapters.alfworld import INVALID_ACTION, TURN_PREFIX, AlfworldBenchmark, GameEnv, replay_walkthrough
+from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
+from memrl_bench.framework.harness import BenchConfig, run_benchmark
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO.parent / "shared" / "data" / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"
@@ -127,8 +126,7 @@ def replay_all(tasks: list[Any], workers: int, policy: bool = False) -> list[tup
 
 def measure(workers: int = 2, limit: int | None = None, data: str | None = None) -> dict[str, Any]:
     """Floor and harness wall time over the split's games, with CPU utilisation."""
-    sys.path.insert(0, str(REPO / "tests"))  # the scripted Chat Completions server used by the tests
-    from chat_server import ScriptedChatServer
+    from benchmarks.testing.chat_server import ScriptedChatServer
 
     data = data or os.environ.get("ALFWORLD_DATA") or str(ARCHIVE)
     adapter = AlfworldBenchmark(data=data, limit=limit, train_split=SPLIT)  # unpacks the data once, untimed

@@ -1,8 +1,8 @@
-"""Play every known attack of a hostile agent (benchmarks/hostile.py) and count those contained.
+"""Play every known attack of a hostile agent (benchmarks/testing/hostile.py) and count those contained.
 
     python -m benchmarks.perf.hostile [--data DIR] [--only bigcodebench,llb-os:docker] [--option llb-os.nproc=64]
 
-The agent is a scripted Chat Completions server on 127.0.0.1 (tests/chat_server.py) answering
+The agent is a scripted Chat Completions server on 127.0.0.1 (benchmarks/testing/chat_server.py) answering
 each benchmark with its attacks, on every target of `hostile.TARGETS`: the LLB attacks run on
 both backends of each benchmark (bubblewrap and Docker for LLB-OS, MariaDB and MariaDB in Docker
 for LLB-DB). Prints one line per attack, the honest episode played after each target's attacks
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import hostile
+from benchmarks.testing import hostile
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +47,9 @@ def measure(data: Path, only: tuple[str, ...] = tuple(hostile.TARGETS),
 
     `options` maps a benchmark (all its targets) or a target to adapter options, over the target's.
     """
-    sys.path.insert(0, str(REPO / "tests"))
-    from chat_server import ScriptedChatServer
+    from benchmarks.testing.chat_server import ScriptedChatServer
 
-    from memrl_cli.llm import ChatClient, LLMSettings
+    from memrl_bench.framework.llm import ChatClient, LLMSettings
 
     options = options or {}
     outcomes: list[hostile.Outcome] = []

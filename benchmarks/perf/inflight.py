@@ -23,7 +23,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -31,10 +30,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alfworld import AlfworldBenchmark
-from benchmarks.harness import BenchConfig, _init_pool_worker, run_benchmark, stratified_sample
-from benchmarks.perf.harness_floor import ARCHIVE, REPO, SPLIT, replay_all, scripted_agent, timed_with_cpu
-from memrl_cli.llm import LLMSettings
+from memrl_bench.adapters.alfworld import AlfworldBenchmark
+from memrl_bench.framework.harness import BenchConfig, _init_pool_worker, run_benchmark, stratified_sample
+from benchmarks.perf.harness_floor import ARCHIVE, SPLIT, replay_all, scripted_agent, timed_with_cpu
+from memrl_bench.framework.llm import LLMSettings
 
 BATCH = 32
 TARGET_RATIO = 1.3
@@ -96,7 +95,7 @@ class RssSampler:
 
 def _warm_worker() -> float:
     """In a fresh worker: import TextWorld (as the first game does); return this process's RSS in MB."""
-    from benchmarks.alfworld import _textworld_parts
+    from memrl_bench.adapters.alfworld import _textworld_parts
 
     _textworld_parts()
     return rss_mb(os.getpid())
@@ -124,8 +123,7 @@ def latency_floor(episodes: list[dict[str, Any]], delay: float) -> float:
 def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, delay: float = 1.0,
             data: str | None = None) -> dict[str, Any]:
     """The epoch, its two floors, the peak resident memory and the cost of a worker process."""
-    sys.path.insert(0, str(REPO / "tests"))  # the scripted Chat Completions server used by the tests
-    from chat_server import ScriptedChatServer
+    from benchmarks.testing.chat_server import ScriptedChatServer
 
     data = data or os.environ.get("ALFWORLD_DATA") or str(ARCHIVE)
     adapter = AlfworldBenchmark(data=data, train_split=SPLIT)  # unpacks the data once, untimed

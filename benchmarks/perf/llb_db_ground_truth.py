@@ -13,8 +13,8 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.llb_db import SPLIT_FILES, EpisodeDatabase, LLBDatabase, direct_answer_matches
-from benchmarks.protocol import Task
+from memrl_bench.adapters.llb_db import SPLIT_FILES, EpisodeDatabase, LLBDatabase, direct_answer_matches
+from memrl_bench.framework.protocol import Task
 
 
 def reproduce(adapter: LLBDatabase, task: Task) -> tuple[bool, str]:

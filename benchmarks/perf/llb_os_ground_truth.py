@@ -17,9 +17,9 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.llb_os import SPLIT_FILES, LLBOperatingSystem
-from benchmarks.os_sandbox import CommandResult, SandboxFactory
-from benchmarks.protocol import Task
+from memrl_bench.adapters.llb_os import SPLIT_FILES, LLBOperatingSystem
+from memrl_bench.environments.os_sandbox import CommandResult, SandboxFactory
+from memrl_bench.framework.protocol import Task
 
 
 def run_scripts(sandboxes: SandboxFactory, init: str, scripts: list[str], check: str) -> list[CommandResult]:

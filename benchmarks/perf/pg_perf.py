@@ -18,7 +18,7 @@ reported too). Then:
 - **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
   (the bank's default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
 
-The server is a throwaway `benchmarks.pg_server.LocalPostgres`, or the server at `--pg-url` /
+The server is a throwaway `benchmarks.testing.pg_server.LocalPostgres`, or the server at `--pg-url` /
 `MEMRL_PERF_PG_URL`: an admin `postgresql://` URL whose role may create databases (the run
 creates `memrl_perf_*` databases there and drops them at the end).
 
@@ -58,7 +58,7 @@ def server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from benchmarks.pg_server import LocalPostgres
+    from benchmarks.testing.pg_server import LocalPostgres
 
     with LocalPostgres() as local:
         yield local.dsn
@@ -193,7 +193,7 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
             per_process: int = 500, seed: int = 0, folder: Path | None = None,
             progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
     """Every PostgreSQL figure and its SQLite counterpart, in one run."""
-    from benchmarks.pg_server import temporary_database
+    from benchmarks.testing.pg_server import temporary_database
 
     rng = np.random.default_rng(seed)
     params = RetrieveParams()

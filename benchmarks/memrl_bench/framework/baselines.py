@@ -11,7 +11,7 @@
   reflections, at most `REFLEXION_WINDOW` (the paper's bound of 1-3 kept in its memory).
 
 Self-RAG (prompted reflection judgements in place of its trained critic) lives in
-`benchmarks.self_rag`. pass@k is `--method pass@k` (the harness retries only unsolved tasks,
+`memrl_bench.framework.self_rag`. pass@k is `--method pass@k` (the harness retries only unsolved tasks,
 without memory); `none` over k epochs gives the same figure as its CSR after epoch k.
 """
 

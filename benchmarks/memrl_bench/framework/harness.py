@@ -38,14 +38,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, metrics, registry, self_rag
-from benchmarks.protocol import LLM, Benchmark, Episode, Task
+from memrl_bench.framework import baselines, metrics, registry, self_rag
+from memrl_bench.framework.protocol import LLM, Benchmark, Episode, Task
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import distil
 from memrl_cli.learn import check_reward
-from memrl_cli.llm import ChatClient, LLMError, LLMSettings
+from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)

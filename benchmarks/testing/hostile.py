@@ -4,7 +4,7 @@
 templates whose `@CANARY@` (a host directory outside every sandbox), `@PORT@` (a TCP port
 listening on the host's 127.0.0.1) and `@VICTIM@` / `@VICTIM_TABLE@` (another live episode's
 LLB-DB database and table) are filled in per run. `AttackScript` is the scripted model: the
-responder of a Chat Completions server (tests/chat_server.py) that answers with the current
+responder of a Chat Completions server (benchmarks/testing/chat_server.py) that answers with the current
 attack's replies, and answers HLE's judge as a sloppy judge that quotes the response it judges.
 
 `run_attack` plays one attack as one episode of a real adapter and checks that it is contained:
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.protocol import LLM, Benchmark, Episode, Task
+from memrl_bench.framework.protocol import LLM, Benchmark, Episode, Task
 
 BENCHMARKS = ("bigcodebench", "llb-os", "llb-db", "hle")
 # Where the attacks run: a benchmark on one backend (its adapter options), by name.
@@ -258,21 +258,21 @@ def make_adapter(benchmark: str, data: dict[str, str], options: dict[str, Any] |
     """The adapter an attack runs against; `data` maps benchmark -> data path, `options` its options."""
     options = dict(options or {})
     if benchmark == "bigcodebench":
-        from benchmarks.bigcodebench import BigCodeBench
+        from memrl_bench.adapters.bigcodebench import BigCodeBench
 
         return BigCodeBench(data=data[benchmark], stdlib_only=True, **{"timeout": 20, "memory_mb": 1024, **options})
     if benchmark == "llb-os":
-        from benchmarks.llb_os import LLBOperatingSystem
+        from memrl_bench.adapters.llb_os import LLBOperatingSystem
 
         limits = {"command_timeout": 10, "max_rounds": 4, "memory_mb": 512, "nproc": 128, "cpu_seconds": 10,
                   "disk_mb": 256}
         return LLBOperatingSystem(data=data[benchmark], limit=1, **{**limits, **options})
     if benchmark == "llb-db":
-        from benchmarks.llb_db import LLBDatabase
+        from memrl_bench.adapters.llb_db import LLBDatabase
 
         return LLBDatabase(data=data[benchmark], max_rounds=6, **options)
     if benchmark == "hle":
-        from benchmarks.hle import HLE
+        from memrl_bench.adapters.hle import HLE
 
         return HLE(data=data[benchmark], **options)
     raise ValueError(f"unknown benchmark {benchmark!r}")
@@ -302,7 +302,7 @@ def own_servers() -> Iterator[None]:
 
 def sandbox_containers() -> list[str]:
     """Ids of the LLB-OS containers this process made that Docker still lists ([] without Docker)."""
-    from benchmarks.docker_images import docker_client
+    from memrl_bench.environments.docker_images import docker_client
 
     client = docker_client()
     if client is None:
@@ -331,7 +331,7 @@ def attack_task(bench: Benchmark) -> Task:
 def honest_replies(bench: Benchmark, task: Task) -> tuple[str, ...]:
     """Replies that solve `task`: the reference solution, ground truth or gold answer."""
     if bench.name == "bigcodebench":
-        from benchmarks.bigcodebench import canonical_program
+        from memrl_bench.adapters.bigcodebench import canonical_program
 
         return (f"```python\n{canonical_program(bench._rows[task.id])}\n```",)
     if bench.name == "llb-os":
@@ -347,7 +347,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     victim = None
     fill = {"@CANARY@": str(arena.canary), "@PORT@": str(arena.port)}
     if bench.name == "llb-db":
-        from benchmarks.llb_db import EpisodeDatabase
+        from memrl_bench.adapters.llb_db import EpisodeDatabase
 
         victim = EpisodeDatabase(bench.address(), task.payload["table_info"])
         fill.update({"@VICTIM@": victim.name, "@VICTIM_TABLE@": victim.table["name"]})

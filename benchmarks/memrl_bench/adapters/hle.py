@@ -20,9 +20,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, Task, delimited_memories
+from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ChatClient, LLMSettings, resolve_llm_settings
+from memrl_bench.framework.llm import ChatClient, LLMSettings, resolve_llm_settings
 
 # HLE's official answer-format system prompts (centerforaisafety/hle, run_model_predictions.py).
 SYSTEM_EXACT_ANSWER = (

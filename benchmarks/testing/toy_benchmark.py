@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, Task
+from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
 

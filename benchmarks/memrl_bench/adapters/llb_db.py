@@ -1,7 +1,7 @@
 """Lifelong Agent Bench DBBench (`llb-db`): answer questions about, or modify, a MySQL table.
 
 Each episode gets a fresh database `llb_<uuid>` holding the sample's table, created on the
-run's shared server (`benchmarks.mysql_server`) and dropped afterwards, and two users of its
+run's shared server (`memrl_bench.environments.mysql_server`) and dropped afterwards, and two users of its
 own: the agent's SQL runs as a user with rights on that database only, and the grader reads
 the table as another user (`EpisodeDatabase`). The agent talks LLB's
 protocol: `Action: Operation` with one ```sql block, whose result (or error) it sees next turn,
@@ -28,8 +28,9 @@ from typing import Any
 
 import pymysql
 
-from benchmarks import llb_common, mysql_server
-from benchmarks.protocol import LLM, Episode, Task
+from memrl_bench.adapters import llb_common
+from memrl_bench.environments import mysql_server
+from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
 # LLB's DBBench requirement (src/factories/chat_history_item/offline/task_requirement.py); the

@@ -340,7 +340,7 @@ def _stream_events(completion: dict) -> list[str]:
 
 def is_check(body: dict) -> bool:
     """True for the single request `ChatClient.check()` sends."""
-    from memrl_cli.llm import CHECK_PROMPT
+    from memrl_bench.framework.llm import CHECK_PROMPT
 
     return body.get("messages") == [{"role": "user", "content": CHECK_PROMPT}]
 

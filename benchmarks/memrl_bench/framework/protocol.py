@@ -3,7 +3,7 @@
 An adapter knows its environment: which tasks exist in which split, and how to play one
 episode given the memories the harness retrieved for it. Everything else (the epoch loop,
 retrieval, rewards, turning episodes into memories, metrics, outputs, resume) belongs to
-`benchmarks.harness`, so an adapter holds only what is specific to its environment.
+`memrl_bench.framework.harness`, so an adapter holds only what is specific to its environment.
 
 Episodes run in worker processes, so `Task`, `Episode` and the adapter's constructor
 arguments must be picklable.
@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 
 class LLM(Protocol):
-    """The chat model an adapter talks to (`memrl_cli.llm.ChatClient` in real runs)."""
+    """The chat model an adapter talks to (`memrl_bench.framework.llm.ChatClient` in real runs)."""
 
     def chat(self, messages: list[dict[str, Any]], **params: Any) -> str:
         """Send Chat Completions `messages`; return the assistant's text."""
@@ -95,7 +95,7 @@ class SingleGeneration(Protocol):
     """An adapter whose episode is one generation that the environment then grades (BigCodeBench, HLE).
 
     Splitting the two lets a method produce several candidate answers and choose one before the
-    environment sees any (Self-RAG's critique, `benchmarks.self_rag`): only the chosen answer is
+    environment sees any (Self-RAG's critique, `memrl_bench.framework.self_rag`): only the chosen answer is
     graded, so the choice never uses the reward. `run_episode` is `grade(task, generate(...))`.
     Multi-step environments (ALFWorld, LLB) interleave generation with observations and cannot.
     """

@@ -22,15 +22,15 @@ from typing import Any, Callable
 
 import yaml
 
-from benchmarks import registry
-from benchmarks.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
+from memrl_bench.framework import registry
+from memrl_bench.framework.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
                                 write_comparison)
-from benchmarks.signals import interrupt_on_termination
+from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
+from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def default_config(name: str) -> str | None:
@@ -125,7 +125,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         settings = resolve_llm_settings(llm_config, **flags)
         yield replace(settings, temperature=None) if unset else settings
         return
-    from benchmarks.local_llm import LocalModelServer, gguf_path, require_llama_server
+    from memrl_bench.environments.local_llm import LocalModelServer, gguf_path, require_llama_server
 
     if not local_llm:
         try:

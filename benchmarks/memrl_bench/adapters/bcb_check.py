@@ -11,7 +11,7 @@ Two processes, so that the program under test never holds the verdict's channel:
   exited, the checker decides and prints the verdict as the last stdout line,
   `MARKER <hmac-sha256 hex> <json>`, where the json is
   `{"status": PASS|FAIL|RUNTIME_ERROR|MISSING_LIBRARY, "detail": str, "tests": int, "module": str|null}`.
-  A line the key did not sign is a forgery (`benchmarks.bigcodebench` scores it FAIL).
+  A line the key did not sign is a forgery (`memrl_bench.adapters.bigcodebench` scores it FAIL).
 * the **harness** (`harness`, in the child) snapshots the test machinery (the `unittest`
   modules and classes, `builtins`), reads and deletes both files, executes the solution as module `__test__` (so
   `if __name__ == "__main__":` blocks stay idle), checks that the machinery is unchanged,

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks.protocol import delimited_memories
+from memrl_bench.framework.protocol import delimited_memories
 from memrl_cli.errors import MemrlError
 
 DATA_ENV = "LLB_DATA"

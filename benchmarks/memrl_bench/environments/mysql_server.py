@@ -3,7 +3,7 @@
 Where the server comes from, in order:
 
 1. a URL the user gives (`mysql://user:password@host:port`): used as is, never started or stopped;
-2. a MariaDB Docker container (memrl's `llb-db` image, `benchmarks.docker_images`), when a
+2. a MariaDB Docker container (memrl's `llb-db` image, `memrl_bench.environments.docker_images`), when a
    Docker daemon answers: no network, reachable through a Unix socket in a private directory;
 3. a local MariaDB (`apt-get install mariadb-server`) started in a temporary data directory,
    reachable only through a Unix socket in a private directory.
@@ -40,7 +40,7 @@ import re
 
 import pymysql
 
-from benchmarks.docker_images import docker_client, ensure_image, require_docker
+from memrl_bench.environments.docker_images import docker_client, ensure_image, require_docker
 from memrl_cli.errors import MemrlError
 
 SERVER_KINDS = ("auto", "docker", "mariadb")

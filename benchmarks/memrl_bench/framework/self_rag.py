@@ -19,7 +19,7 @@ Differences from the paper: discrete labels instead of token probabilities (no s
 retrieval threshold on p([Retrieve])), irrelevant memories are dropped instead of ranked last,
 one segment per episode (the whole answer) instead of a segment-level beam, and the critic is
 the agent's own model, not a trained one. It needs an episode that is a single generation
-(`benchmarks.protocol.SingleGeneration`): a multi-step environment cannot produce parallel
+(`memrl_bench.framework.protocol.SingleGeneration`): a multi-step environment cannot produce parallel
 candidates without playing the task several times, which would let the environment's verdict
 pick the answer.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from benchmarks.protocol import LLM, Episode, SingleGeneration, Task
+from memrl_bench.framework.protocol import LLM, Episode, SingleGeneration, Task
 
 RETRIEVE_SYSTEM = ("You decide whether an agent about to attempt a task should consult notes from its past episodes "
                    "(procedures and reflections left by earlier tasks). Answer Yes if such notes could help with this "

@@ -1,7 +1,7 @@
 """BigCodeBench: write one Python function per task; its own unittest, run in a sandbox, grades it.
 
 One LLM call per episode. The reply's code is joined with the task's tests and run by
-`benchmarks/bcb_check.py` inside `benchmarks.sandbox` (bubblewrap: no network, read-only host,
+`benchmarks/memrl_bench/adapters/bcb_check.py` inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
 time/memory/process limits). Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR and
 MISSING_LIBRARY (a module not installed here: an environment error, reported apart).
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bcb_check
-from benchmarks.protocol import LLM, Episode, Task, delimited_memories
-from benchmarks.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
+from memrl_bench.adapters import bcb_check
+from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
+from memrl_bench.environments.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError
 
 SUBSETS = ("full", "hard")

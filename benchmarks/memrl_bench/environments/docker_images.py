@@ -13,7 +13,7 @@ An image is tagged `memrl/<name>:<version>`, the version being a hash of what go
 a new tag (and older tags of the same name are removed). Building is idempotent and happens on
 first use; to build ahead of time (or see the tags):
 
-    python -m benchmarks.docker_images [llb-os] [llb-db]
+    python -m memrl_bench.environments.docker_images [llb-os] [llb-db]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.os_sandbox import EXTRA_PACKAGES, ROOTFS_MARKER, SANDBOX_PATH, SUITE, default_rootfs_path, ensure_rootfs
+from memrl_bench.environments.os_sandbox import EXTRA_PACKAGES, ROOTFS_MARKER, SANDBOX_PATH, SUITE, default_rootfs_path, ensure_rootfs
 from memrl_cli.errors import MemrlError
 
 _IMPORT_TIMEOUT = 900  # seconds the daemon may take to import one root filesystem

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.alfworld_data import (
+from memrl_bench.adapters.alfworld_data import (
     SHORT_TYPES,
     cache_dir,
     list_games,
@@ -28,7 +28,7 @@ from benchmarks.alfworld_data import (
     resolve_data_dir,
     strip_banner,
 )
-from benchmarks.protocol import LLM, Episode, Task, delimited_memories
+from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
 from memrl_cli.errors import MemrlError
 
 SYSTEM_PROMPT = """You are an agent in a household environment and must complete a task by interacting with it. First you get a description of the room and your goal. After each of your turns you get the observation that your last action produced.

@@ -7,7 +7,7 @@ while files, users and background processes persist until the container is kille
 Two backends give the same contract (`Sandbox.run(script) -> CommandResult`, `close()`):
 
 * `DockerSandbox`: a container per sample, without network and with memory, process and CPU
-  limits, from memrl's Debian image (`benchmarks.docker_images`: this module's rootfs loaded
+  limits, from memrl's Debian image (`memrl_bench.environments.docker_images`: this module's rootfs loaded
   with `docker import`, built on first use), used when a Docker daemon answers.
 * `BwrapSandbox`: no Docker. A Debian rootfs made once with `debootstrap --variant=minbase`
   (`ensure_rootfs`), and per sample a fresh overlay (the rootfs as read-only lower layer,
@@ -46,7 +46,7 @@ MIRROR = "http://deb.debian.org/debian"
 # which LLB's own Ubuntu image also ships.
 EXTRA_PACKAGES = ("adduser", "procps", "file", "vim", "zsh", "python3")
 ROOTFS_MARKER = ".memrl-rootfs.json"
-DOCKER_IMAGE = "memrl/llb-os"  # memrl's own image (`benchmarks.docker_images`), built on first use
+DOCKER_IMAGE = "memrl/llb-os"  # memrl's own image (`memrl_bench.environments.docker_images`), built on first use
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 SANDBOX_HOSTNAME = "llb-os"
@@ -325,7 +325,7 @@ class BwrapSandbox:
         return int(info["child-pid"])
 
     def run(self, script: str, trusted: bool = False) -> CommandResult:
-        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/os_enter.py`).
+        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/memrl_bench/environments/os_enter.py`).
 
         `trusted` (for the check that grades the episode) runs it with the pristine rootfs's
         shell, tools, loader and libraries, and the system directories first on PATH.
@@ -386,7 +386,7 @@ def _reported_limit(result: CommandResult) -> str | None:
 
 
 def _enter_command(pid: int, rlimits: dict[str, int], cgroup: _Cgroup | None, trusted: bool, script: str) -> list[str]:
-    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/os_enter.py`).
+    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_enter.py`).
 
     It joins `cgroup`, sets `rlimits` and keeps only `KEPT_CAPABILITIES`; `trusted` (the check)
     runs it in the trusted view: the pristine rootfs's tools, loader and libraries (at `PRISTINE`).
@@ -494,7 +494,7 @@ class DockerSandbox:
     The check (`run(script, trusted=True)`) does not go through `docker exec`, which would run
     the agent's shell and tools: `pristine`, the host directory holding the image's files
     (`docker_images.image_files`), is shown read-only at `PRISTINE`, and the check enters the
-    container from the host (`benchmarks/os_enter.py`, as in `BwrapSandbox`), in its cgroups,
+    container from the host (`benchmarks/memrl_bench/environments/os_enter.py`, as in `BwrapSandbox`), in its cgroups,
     with its capabilities, in the trusted view built from `PRISTINE`. That needs root on the
     daemon's machine; otherwise `untrusted_check` says why and the check runs with `docker exec`.
     """
@@ -655,7 +655,7 @@ class SandboxFactory:
 
     `backend`: "auto" (Docker if a daemon answers, else bwrap), "docker" or "bwrap".
     `rootfs`: the bwrap rootfs directory (built on first use; default `default_rootfs_path()`).
-    `image`: the Docker image; the default `DOCKER_IMAGE` is memrl's (`benchmarks.docker_images`,
+    `image`: the Docker image; the default `DOCKER_IMAGE` is memrl's (`memrl_bench.environments.docker_images`,
     built on first use), any other must exist and have `bash` and `cat`.
     Picklable: the Docker client and the rootfs check are made lazily in each process.
     """
@@ -684,7 +684,7 @@ class SandboxFactory:
         if self._rootfs_path is not None:
             return "bwrap"
         if self.backend in ("auto", "docker"):
-            from benchmarks import docker_images  # it builds on this module's rootfs
+            from memrl_bench.environments import docker_images  # it builds on this module's rootfs
 
             self._client = docker_images.require_docker() if self.backend == "docker" else docker_images.docker_client()
             if self._client is not None:
