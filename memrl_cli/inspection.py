@@ -11,6 +11,7 @@ import numpy as np
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
+from memrl_cli.store_views import MEMORY_FIELDS as MEMORY_FIELDS  # the fields of a memory `inspect` shows
 
 def _memory(row: dict[str, Any]) -> dict[str, Any]:
     row["metadata"] = json.loads(row["metadata"])

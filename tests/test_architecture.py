@@ -140,3 +140,26 @@ def test_importing_and_running_the_core_loads_no_benchmark_module(tmp_path: Path
     assert not loaded, f"benchmark code loaded by the core (docs/architecture.md, rule 3): {loaded}"
     if result["missing"]:
         pytest.skip(f"not importable without their extras: {result['missing']} (the rest was checked)")
+
+
+def compares_store_kind(path: Path) -> bool:
+    """Whether a module compares a Store's `kind` (`store.kind == "sqlite"` and the like)."""
+    def is_kind(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "kind" and (
+            isinstance(node.value, ast.Attribute) and node.value.attr == "store"
+            or isinstance(node.value, ast.Name) and node.value.id == "store")
+    return any(isinstance(node, ast.Compare) and any(map(is_kind, [node.left, *node.comparators]))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
+def test_only_the_store_tests_the_engine() -> None:
+    modules = sorted(ROOT.glob("memrl_cli/**/*.py")) + sorted(ROOT.glob("benchmarks/**/*.py"))
+    testing = sorted(path.relative_to(ROOT).as_posix() for path in modules
+                     if path.relative_to(ROOT).as_posix() not in STORE and compares_store_kind(path))
+    assert not testing, f"{testing} test `store.kind` (docs/architecture.md, rule 6): add a Store method instead"
+
+
+def test_the_schema_knows_no_engine_module() -> None:
+    """schema.py (the migrations of both engines) imports neither engine; the engines import it."""
+    used = {module for module, _, _ in imports(ROOT / "memrl_cli" / "schema.py") if module.startswith("memrl_cli")}
+    assert used <= {"memrl_cli.errors"}, f"memrl_cli/schema.py imports {sorted(used)}"
