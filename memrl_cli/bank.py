@@ -584,6 +584,19 @@ class MemoryBank:
         self.store.add_to_index(self._inserted)
         self._recalibrate(force=False)
 
+    def vectors_for(self, texts: list[str], given: list[list[float] | None], progress: Progress | None = None) -> np.ndarray:
+        """Unit vectors for memories to import: the given ones (checked), the rest embedded."""
+        return self._vectors_for(texts, given, progress)
+
+    @contextmanager
+    def importing(self, vectors: np.ndarray) -> Iterator[Callable[..., int | None]]:
+        """Inside a write: the import API (`memrl_cli.transfer`). Yields `insert(item, vector, stamp, stored)`,
+        which stores a memory with its stored state (q_init, visits, times) and returns its id, or None when
+        its content is already stored; the new memories are indexed and calibration refreshed at the end."""
+        self._begin_insert(vectors)
+        yield self._insert_memory
+        self._end_insert()
+
     # -- retrieve -----------------------------------------------------------------
 
     def query_vector(self, query: str, vector: list[float] | None = None) -> np.ndarray:

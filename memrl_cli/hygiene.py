@@ -29,10 +29,6 @@ from memrl_cli.bank import MemoryBank, _text, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import q_update
 
-LEDGER_COLUMNS = ("id", "retrieval_id", "kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at",
-                  "source")
-
-
 def default_actor() -> str | None:
     """Who is acting, when nobody says: the login name of this process, if it has one."""
     try:
@@ -58,7 +54,7 @@ def _optional_text(value: str | None, name: str) -> str | None:
 
 def _locked_memories(bank: MemoryBank, ids: list[int], columns: str) -> dict[int, tuple]:
     """Inside a write: the rows of `ids` (id first, then `columns`), locked; unknown ids refuse the write."""
-    rows = {int(r[0]): r[1:] for r in bank._by_ids(f"id, {columns}", "memories", ids, bank.store.lock)}
+    rows = {int(r[0]): r[1:] for r in bank.store.rows_by_id("memories", f"id, {columns}", ids, lock=True)}
     missing = [i for i in ids if i not in rows]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
@@ -71,13 +67,11 @@ def _mark(bank: MemoryBank, ids: Iterable[int], quarantine: bool, reason: str | 
     wanted = _memory_ids(ids)
     reason, actor = _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor()
     stamp = now()
-    with bank.transaction() as conn:
+    with bank.transaction():
         state = _locked_memories(bank, wanted, "quarantined_at")
         changed = [i for i in wanted if (state[i][0] is None) == quarantine]
-        conn.executemany("UPDATE memories SET quarantined_at = ? WHERE id = ?",
-                         [(stamp if quarantine else None, i) for i in changed])
-        conn.executemany("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
-                         [(i, "quarantine" if quarantine else "release", reason, actor, stamp) for i in changed])
+        bank.store.set_quarantined(changed, stamp if quarantine else None)
+        bank.store.log_quarantine([(i, "quarantine" if quarantine else "release", reason, actor, stamp) for i in changed])
     return {"changed": changed, "unchanged": [i for i in wanted if i not in changed]}
 
 
@@ -103,13 +97,13 @@ def reset_q(bank: MemoryBank, ids: Iterable[int], reason: str | None = None,
     source = _describe("reset-q", _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor())
     stamp = now()
     updates = []
-    with bank.transaction() as conn:
+    with bank.transaction():
         rows = _locked_memories(bank, wanted, "q, q_init")
         for mid in wanted:
             q, q_init = float(rows[mid][0]), float(rows[mid][1])
-            conn.execute("UPDATE memories SET q = ?, updated_at = ? WHERE id = ?", (q_init, stamp, mid))
-            conn.execute("INSERT INTO rewards (memory_id, kind, q_before, q_after, created_at, source) "
-                         "VALUES (?, 'set', ?, ?, ?, ?)", (mid, q, q_init, stamp, source))
+            bank.store.set_memory_q(mid, q_init, stamp)
+            bank.store.append_ledger(mid, [{"kind": "set", "q_before": q, "q_after": q_init, "created_at": stamp,
+                                            "source": source}])
             updates.append({"id": mid, "q_before": q, "q_after": q_init})
     return updates
 
@@ -141,35 +135,26 @@ def undo(bank: MemoryBank, source: str | None = None, since: str | None = None, 
     """
     if source is None and since is None and until is None:
         raise MemrlError("give --source, --since and/or --until: which rewards to undo")
-    conditions: list[str] = ["kind = 'reward'"]
-    args: list[str] = []
-    if source is not None:
-        condition, args = bank.store.matches("source", [_text(source, "source", "")])
-        conditions.append(condition)
-    if since is not None:
-        conditions.append("created_at >= ?")
-        args.append(parse_time(since, "--since"))
-    if until is not None:
-        conditions.append("created_at < ?")
-        args.append(parse_time(until, "--until"))
+    sources = [_text(source, "source", "")] if source is not None else []
+    window = (None if since is None else parse_time(since, "--since"), None if until is None else parse_time(until, "--until"))
     label = _describe("undo " + " ".join(f"{k}={v}" for k, v in (("source", source), ("since", since),
                                                                    ("until", until)) if v is not None),
                       _optional_text(reason, "reason"), _optional_text(actor, "actor") or default_actor())
     with bank.snapshot() if dry_run else bank.transaction():
-        return _undo(bank, " AND ".join(conditions), args, label, dry_run)
+        return _undo(bank, sources, window, label, dry_run)
 
 
-def _undo(bank: MemoryBank, where: str, args: list[Any], label: str, dry_run: bool) -> dict[str, Any]:
-    conn = bank.conn
-    memory_ids = {int(r[0]) for r in conn.execute(f"SELECT DISTINCT memory_id FROM rewards WHERE {where}", args)}
+def _undo(bank: MemoryBank, sources: list[str], window: tuple[str | None, str | None], label: str,
+          dry_run: bool) -> dict[str, Any]:
+    store = bank.store
+    memory_ids, _ = store.rewards_matching(sources, *window)
     if not dry_run:
-        bank._lock("memories", memory_ids)  # their ledgers cannot grow until this commits
-    matched = {int(r[0]) for r in conn.execute(f"SELECT id FROM rewards WHERE {where}", args)}
+        store.lock_rows("memories", memory_ids)  # their ledgers cannot grow until this commits
+    _, matched = store.rewards_matching(sources, *window)
     report: dict[str, Any] = {"dry_run": dry_run, "undone": 0, "reapplied": 0, "superseded": 0, "memories": []}
     stamp = now()
-    for mid, q, visits in bank._by_ids("id, q, visits", "memories", memory_ids):
-        ledger = [dict(zip(LEDGER_COLUMNS, r)) for r in conn.execute(
-            f"SELECT {', '.join(LEDGER_COLUMNS)} FROM rewards WHERE memory_id = ? ORDER BY id", (mid,))]
+    for mid, q, visits in store.rows_by_id("memories", "id, q, visits", memory_ids):
+        ledger = store.memory_ledger(mid)
         last_set = max((n for n, r in enumerate(ledger) if r["kind"] == "set"), default=-1)
         effective = ledger[last_set + 1:]  # the rows Q still depends on
         undone = [n for n, r in enumerate(effective) if r["id"] in matched]
@@ -185,12 +170,8 @@ def _undo(bank: MemoryBank, where: str, args: list[Any], label: str, dry_run: bo
             rows.append({**r, "q_before": new_q, "q_after": q_after})
             new_q = q_after
         if not dry_run:
-            conn.executemany("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
-                             "q_after, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                             [(r["retrieval_id"], mid, r["kind"], r["reward"], r["alpha"], r["q_floor"],
-                               r["q_before"], r["q_after"], r["created_at"], r["source"]) for r in rows])
-            conn.execute("UPDATE memories SET q = ?, visits = ?, updated_at = ? WHERE id = ?",
-                         (new_q, max(0, int(visits) - len(undone)), stamp, mid))
+            store.append_ledger(mid, rows)
+            store.set_memory_q(mid, new_q, stamp, visits=max(0, int(visits) - len(undone)))
         report["undone"] += len(undone)
         report["reapplied"] += len(kept)
         report["memories"].append({"id": int(mid), "q_before": float(q), "q_after": new_q, "undone": len(undone),

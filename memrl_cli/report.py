@@ -47,7 +47,7 @@ def learning_report(run_dir: str | Path) -> dict[str, Any]:
         run = runs.get_run(bank, run_id)
         episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
         useful = _useful_memories(bank, run_id)
-        created = _created_at(bank, {m for ids in useful.values() for m in ids})
+        created = bank.store.created_at(sorted({m for ids in useful.values() for m in ids}))
         receipts = _receipts(bank, run_id)
     epochs: dict[int, dict[str, Any]] = {}
     for episode in episodes:
@@ -72,31 +72,15 @@ def learning_report(run_dir: str | Path) -> dict[str, Any]:
 def _useful_memories(bank: MemoryBank, run_id: str) -> dict[str, set[int]]:
     """task id → the memories whose selection for one of its training episodes was rewarded positively."""
     useful: dict[str, set[int]] = {}
-    for task_id, memory_id in bank.conn.execute(
-            "SELECT DISTINCT e.task_id, w.memory_id FROM episodes e JOIN rewards w ON w.retrieval_id = e.retrieval_id "
-            "WHERE e.run_id = ? AND e.phase = 'train' AND w.kind = 'reward' AND w.reward > 0", (run_id,)):
+    for task_id, memory_id in bank.store.rewarded_selections(run_id):
         useful.setdefault(task_id, set()).add(memory_id)
     return useful
-
-
-def _created_at(bank: MemoryBank, memory_ids: set[int]) -> dict[int, str]:
-    found: dict[int, str] = {}
-    ordered = sorted(memory_ids)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start:start + 500]
-        found.update(bank.conn.execute(f"SELECT id, created_at FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
-                                       chunk).fetchall())
-    return found
 
 
 def _receipts(bank: MemoryBank, run_id: str) -> dict[int, dict[str, Any]]:
     """retrieval id → its time, Phase-A candidates and Phase-B selection, for the run's training episodes."""
     receipts: dict[int, dict[str, Any]] = {}
-    for retrieval_id, created_at, memory_id, selected_rank in bank.conn.execute(
-            "SELECT r.id, r.created_at, c.memory_id, c.selected_rank FROM episodes e "
-            "JOIN retrievals r ON r.id = e.retrieval_id "
-            "LEFT JOIN retrieval_candidates c ON c.retrieval_id = r.id "
-            "WHERE e.run_id = ? AND e.phase = 'train'", (run_id,)):
+    for retrieval_id, created_at, memory_id, selected_rank in bank.store.training_receipts(run_id):
         receipt = receipts.setdefault(retrieval_id, {"created_at": created_at, "candidates": set(), "selected": set()})
         if memory_id is not None:
             receipt["candidates"].add(memory_id)

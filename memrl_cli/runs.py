@@ -3,6 +3,10 @@
 A mini-batch's episodes, its rewards and its new memories are committed in one transaction
 together with a `run_batches` marker, so the bank is the run's checkpoint: a resumed run skips
 exactly the batches that were committed.
+
+The run tables are the harness's own (`schema.RUNS`, versioned by the meta value `schema:runs`):
+`create_run` creates them when a run first opens the bank, so a bank only ever used by `memrl
+ingest`/`retrieve` has none, and reading runs from such a bank finds none.
 """
 
 from __future__ import annotations
@@ -12,74 +16,65 @@ from typing import Any
 
 from memrl_cli.bank import MemoryBank, now
 from memrl_cli.errors import MemrlError
+from memrl_cli.schema import RUNS
 
 EPISODE_FIELDS = ("phase", "split", "epoch", "batch", "position", "task_id", "success", "reward", "steps", "status",
                   "env_error", "retrieval_id", "memory_ids", "new_memory_id", "usage")
 
 
+def has_runs(bank: MemoryBank) -> bool:
+    """Whether the bank has the run tables (a run has opened it)."""
+    return bank.store.migrated_to(RUNS) > 0
+
+
 def create_run(bank: MemoryBank, run_id: str, benchmark: str, method: str, config: dict[str, Any],
                models: dict[str, Any], seed: int | None, code_version: str) -> None:
-    """Record a new run."""
-    stamp = now()
-    with bank.transaction() as conn:
-        conn.execute("INSERT INTO runs (id, benchmark, method, config, models, seed, code_version, created_at, "
-                     "updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                     (run_id, benchmark, method, json.dumps(config), json.dumps(models), seed, code_version, stamp,
-                      stamp))
+    """Record a new run (creating or updating the run tables first)."""
+    with bank.transaction():
+        bank.store.migrate_set(RUNS)
+        bank.store.insert_run(run_id, benchmark, method, json.dumps(config), json.dumps(models), seed, code_version,
+                              now())
 
 
 def has_run(bank: MemoryBank, run_id: str) -> bool:
     """Whether the bank has recorded this run."""
-    return bank.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+    return has_runs(bank) and bank.store.run_record(run_id) is not None
 
 
 def get_run(bank: MemoryBank, run_id: str) -> dict[str, Any]:
     """A run's row with its config decoded; MemrlError if unknown."""
-    row = bank.conn.execute("SELECT id, benchmark, method, config, models, seed, code_version, status, created_at "
-                            "FROM runs WHERE id = ?", (run_id,)).fetchone()
-    if row is None:
-        raise MemrlError(f"no run {run_id!r} in {bank.path}")
-    run = dict(zip(("id", "benchmark", "method", "config", "models", "seed", "code_version", "status", "created_at"), row))
+    run = bank.store.run_record(run_id) if has_runs(bank) else None
+    if run is None:
+        suffix = "" if has_runs(bank) else " (no benchmark run has used this bank)"
+        raise MemrlError(f"no run {run_id!r} in {bank.path}{suffix}")
     run["config"], run["models"] = json.loads(run["config"]), json.loads(run["models"])
     return run
 
 
 def set_status(bank: MemoryBank, run_id: str, status: str) -> None:
     """Mark a run running, finished or failed."""
-    with bank.transaction() as conn:
-        conn.execute("UPDATE runs SET status = ?, updated_at = ? WHERE id = ?", (status, now(), run_id))
+    with bank.transaction():
+        bank.store.set_run_status(run_id, status, now())
 
 
 def completed_batches(bank: MemoryBank, run_id: str) -> set[tuple[str, str, int, int]]:
     """(phase, split, epoch, batch) of every committed mini-batch."""
-    return {tuple(r) for r in bank.conn.execute(  # type: ignore[misc]
-        "SELECT phase, split, epoch, batch FROM run_batches WHERE run_id = ?", (run_id,))}
+    return bank.store.committed_batches(run_id) if has_runs(bank) else set()
 
 
 def record_batch(bank: MemoryBank, run_id: str, phase: str, split: str, epoch: int, batch: int,
                  episodes: list[dict[str, Any]]) -> None:
     """Write a batch's episode rows and its completion marker (inside the caller's transaction)."""
-    stamp = now()
-    with bank.transaction() as conn:
-        conn.executemany(
-            f"INSERT INTO episodes (run_id, {', '.join(EPISODE_FIELDS)}, created_at) "
-            f"VALUES (?, {', '.join('?' * len(EPISODE_FIELDS))}, ?)",
-            [(run_id, *[json.dumps(e[f]) if f in ("memory_ids", "usage") else
-                        int(e[f]) if isinstance(e[f], bool) else e[f] for f in EPISODE_FIELDS], stamp)
-             for e in episodes])
-        conn.execute("INSERT INTO run_batches (run_id, phase, split, epoch, batch, completed_at) VALUES (?,?,?,?,?,?)",
-                     (run_id, phase, split, epoch, batch, stamp))
-        conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (stamp, run_id))
+    with bank.transaction():
+        bank.store.insert_batch(run_id, (phase, split, epoch, batch), EPISODE_FIELDS, [
+            tuple(json.dumps(e[f]) if f in ("memory_ids", "usage") else int(e[f]) if isinstance(e[f], bool) else e[f]
+                  for f in EPISODE_FIELDS) for e in episodes], now())
 
 
 def episodes(bank: MemoryBank, run_id: str) -> list[dict[str, Any]]:
     """Every committed episode of a run, in play order."""
-    rows = bank.conn.execute(f"SELECT {', '.join(EPISODE_FIELDS)} FROM episodes WHERE run_id = ? ORDER BY id",
-                             (run_id,)).fetchall()
-    out = []
-    for row in rows:
-        e = dict(zip(EPISODE_FIELDS, row))
+    out = bank.store.episode_rows(run_id, EPISODE_FIELDS) if has_runs(bank) else []
+    for e in out:
         e["memory_ids"], e["usage"] = json.loads(e["memory_ids"]), json.loads(e["usage"])
         e["success"], e["env_error"] = bool(e["success"]), bool(e["env_error"])
-        out.append(e)
     return out

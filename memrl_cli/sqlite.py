@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from memrl_cli import schema, sqlite_schema
 from memrl_cli.errors import BankBusyError, MemrlError
 from memrl_cli.store import Store
 
@@ -107,6 +108,11 @@ def connect(path: str, *, readonly: bool = False) -> Any:
     return conn
 
 
+def scratch() -> Any:
+    """A throwaway in-memory database of the same driver (the schema check's reference definitions)."""
+    return driver.connect(":memory:", isolation_level=None)
+
+
 PAGE_SIZE = 16_384  # a memory (~1.5 KB vector + text) fits several per page; at 4 KB each took a whole page
 
 
@@ -119,8 +125,6 @@ class SqliteStore(Store):
     errors = (Error,)
 
     def __init__(self, path: str, *, readonly: bool = False, create: bool = True) -> None:
-        from memrl_cli import schema
-
         self.location = self.path = path
         self.readonly = readonly
         exists = os.path.exists(path)
@@ -136,14 +140,14 @@ class SqliteStore(Store):
         try:
             self.conn = connect(path, readonly=readonly)
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            self.warnings += schema.check_trusted(self.conn)
+            self.warnings += sqlite_schema.check_trusted(self.conn, scratch)
             if not readonly:
                 if not exists:  # only a new file can choose its page size (before WAL and the first table)
                     self.conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     self.conn.execute("PRAGMA journal_mode = WAL")
                 self.conn.execute("PRAGMA synchronous = NORMAL")
-                schema.migrate(self.conn)
+                sqlite_schema.migrate(self.conn)
             elif self.schema_version() != schema.LATEST:
                 raise MemrlError(f"{path} is not a memrl bank at schema {schema.LATEST}; open it writable to migrate")
             schema.check_meta(self.conn)
@@ -156,8 +160,6 @@ class SqliteStore(Store):
     def _check_index(self) -> None:
         """Rebuild (or, read-only, ignore) a vec0 index that is altered or stale; forget a stale mark
         without an index (banks from before the index was optional)."""
-        from memrl_cli import schema
-
         state = self._index_state()
         if state is None:  # the usual case: no sqlite-vec index, nothing more to read at start-up
             return
@@ -171,7 +173,7 @@ class SqliteStore(Store):
             return
         if not self.vec.loaded:
             return
-        altered = exists and not schema.index_matches(self.conn, int(dim))
+        altered = exists and not sqlite_schema.index_matches(self.conn, int(dim))
         if altered:
             self.warnings.append("ignoring the sqlite-vec index: it is not defined as memrl defines it"
                                  + ("" if self.readonly else "; rebuilt it from the stored vectors"))
@@ -183,6 +185,34 @@ class SqliteStore(Store):
 
     def begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")
+
+    def has_table(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (name,)).fetchone() is not None
+
+    def backup(self, destination: str, overwrite: bool = False) -> None:
+        """SQLite's online backup into a new file (removed again if the copy fails)."""
+        if os.path.exists(destination):
+            if not overwrite:
+                raise MemrlError(f"{destination} exists; pass --force to overwrite it")
+            os.remove(destination)
+        try:
+            target = connect(destination)
+            try:
+                self.conn.backup(target)
+            finally:
+                target.close()
+        except Error as exc:
+            if os.path.exists(destination):
+                os.remove(destination)
+            raise MemrlError(f"cannot write a backup to {destination}: {exc}") from None
+
+    def index_problems(self, memories: int) -> list[str]:
+        info = self.index_info()
+        if info["kind"] == "vec" and info.get("indexed") is not None and info["indexed"] != memories:
+            return [f"the sqlite-vec index has {info['indexed']} vectors for {memories} memories "
+                    "(run `memrl doctor --rebuild-index`)"]
+        return []
 
     def rollback(self) -> None:
         if self.conn.in_transaction:
@@ -269,14 +299,12 @@ class SqliteStore(Store):
             self.set_meta("index", {**(self.meta("index") or {}), "state": "stale"})
 
     def build_index(self, kind: str, dim: int) -> None:
-        from memrl_cli import schema
-
         if kind != "vec":
             raise MemrlError(f"a SQLite bank has no {kind!r} index; use vec (sqlite-vec) or none")
         if not self.vec.loaded:
             raise MemrlError(f"cannot build the sqlite-vec index: {self.vec.reason}")
         self.conn.execute("DROP TABLE IF EXISTS memory_index")
-        self.conn.execute(schema.index_ddl(dim))
+        self.conn.execute(sqlite_schema.index_ddl(dim))
         self.conn.execute("INSERT INTO memory_index (memory_id, embedding) SELECT id, embedding FROM memories")
         self.set_meta("index", {"state": "ok", "dim": dim})
         self._index_ignored = False

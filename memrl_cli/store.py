@@ -7,15 +7,19 @@ written and read, the server-side nearest-neighbour search, and how driver error
 
 SQL shared by both is written once, in the common dialect of SQLite ≥ 3.35 and PostgreSQL:
 `?` placeholders (translated for psycopg), `INSERT … ON CONFLICT`, `RETURNING id`. Rows a
-write reads before changing them are read with `store.lock` appended (`FOR UPDATE` on
-PostgreSQL, where writers run concurrently; nothing on SQLite, where `BEGIN IMMEDIATE`
-already serialises them).
+write reads before changing them are locked first (`lock_rows`, `rows_by_id(..., lock=True)`:
+`FOR UPDATE` on PostgreSQL, where writers run concurrently; nothing on SQLite, where
+`BEGIN IMMEDIATE` already serialises them).
+
+Nothing outside the Store runs SQL on a bank: the operations over a bank use the named queries
+of `store_views` (reads), `store_repairs` (hygiene and transfer writes) and `store_runs` (the
+harness's tables), which `Store` mixes in.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +28,10 @@ import numpy as np
 
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import q_update
+from memrl_cli.schema import MigrationSet
+from memrl_cli.store_repairs import BankRepairs
+from memrl_cli.store_runs import RunRecords
+from memrl_cli.store_views import CHUNK, BankViews
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 
@@ -46,18 +54,41 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
-class Store:
+class Store(BankViews, BankRepairs, RunRecords):
     """The engine under a bank. Subclasses: `memrl_cli.sqlite.SqliteStore`, `memrl_cli.postgres.PostgresStore`."""
 
     kind: str
     location: str  # for messages: a file path, or a server URL without its password
     conn: Any  # DB-API connection-like: execute(sql, args) and executemany(sql, rows) with `?` placeholders
-    lock = ""  # appended to a SELECT of rows the current write will change
+    _for_update = ""  # appended to a SELECT of rows the current write will change (`lock_rows`)
     single_statement_writes = False  # whether `apply_rewards` is atomic on its own, outside a transaction
     begin_read = "BEGIN"  # a read-only transaction on one state of the bank (SQLite: its WAL snapshot)
     indexes: tuple[str, ...]  # the `index=` choices this engine offers
     errors: tuple[type[BaseException], ...]  # driver exceptions that `error()` turns into MemrlError
     warnings: list[str]
+
+    @property
+    def lock(self) -> str:
+        """Deprecated (bank.py's callers move to `lock_rows` / `rows_by_id`): the SQL suffix that locks
+        the rows a SELECT reads."""
+        return self._for_update
+
+    def lock_rows(self, table: str, ids: Iterable[int]) -> None:
+        """Inside a write: lock rows this transaction reads and then changes, in id order (so writers
+        never deadlock); a no-op on SQLite, whose writers are already serialised."""
+        if self._for_update:
+            self.rows_by_id(table, "id", ids, lock=True)
+
+    def rows_by_id(self, table: str, columns: str, ids: Iterable[int], lock: bool = False) -> list[tuple]:
+        """`columns` of the rows of `table` whose id is in `ids`, by id (in chunks); with `lock`, locked
+        for the current write (`lock_rows`)."""
+        ordered, rows = sorted(ids), []
+        suffix = self._for_update if lock else ""
+        for start in range(0, len(ordered), CHUNK):
+            chunk = ordered[start:start + CHUNK]
+            rows += self.conn.execute(f"SELECT {columns} FROM {table} WHERE id IN ({','.join('?' * len(chunk))}) "
+                                      f"ORDER BY id{suffix}", chunk).fetchall()
+        return rows
 
     def begin(self) -> None:
         """Start a write transaction."""
@@ -188,6 +219,45 @@ class Store:
         """The bank's schema version."""
         raise NotImplementedError
 
+    def has_table(self, name: str) -> bool:
+        """Whether the bank has this table."""
+        raise NotImplementedError
+
+    def migrated_to(self, migrations: MigrationSet) -> int:
+        """The version of a set of migrations (`schema.RUNS`) this bank is at; 0 when it has none."""
+        version = self.meta(migrations.meta_key or "")
+        if version is None and migrations.adopts and self.has_table(migrations.adopts[0]):
+            return migrations.adopts[1]  # tables an older memrl's core migrations created
+        return int(version or 0)
+
+    def migrate_set(self, migrations: MigrationSet) -> None:
+        """Inside a write: bring a set of migrations with a meta version (`schema.RUNS`) to its latest
+        version, each step in this engine's DDL, one process at a time."""
+        assert migrations.meta_key, "the core set is migrated when the store opens"
+        self._serialise_migrations()
+        version = self.migrated_to(migrations)
+        if version > migrations.latest:
+            raise MemrlError(f"this bank's {migrations.name} tables have schema version {version}, newer than this "
+                             f"memrl understands ({migrations.latest}); upgrade memrl (pip install -U memrl)")
+        for migration in migrations.migrations[version:]:
+            for statement in migration.ddl(self.kind):
+                self.conn.execute(statement)
+        if self.meta(migrations.meta_key) != migrations.latest:
+            self.set_meta(migrations.meta_key, migrations.latest)
+
+    def _serialise_migrations(self) -> None:
+        """Inside a write: wait for any other process migrating this bank (SQLite's writers already queue)."""
+
+    def backup(self, destination: str, overwrite: bool = False) -> None:
+        """A consistent copy of the bank in a new file `destination` (replacing one only with `overwrite`)
+        while others may be writing."""
+        raise MemrlError("`memrl backup` copies a SQLite bank; back up a PostgreSQL bank with pg_dump, or move its "
+                         "memories, Q values and ledgers with `memrl export --vectors`")
+
+    def index_problems(self, memories: int) -> list[str]:
+        """What is wrong with the engine's index of a bank of `memories` memories (`inspect --verify`)."""
+        return []
+
     def integrity(self) -> list[str]:
         """The engine's own consistency check: ["ok"] or problems."""
         raise NotImplementedError
@@ -237,6 +307,14 @@ class Store:
         shell-style `patterns`: `*` any text, `?` one character, anything else itself, case-sensitive,
         the whole value; NULL never matches."""
         raise NotImplementedError
+
+
+def index_modes() -> tuple[str, ...]:
+    """Every `index=` choice some engine offers (a bank opened on one engine accepts its `Store.indexes`)."""
+    from memrl_cli.postgres import PostgresStore
+    from memrl_cli.sqlite import SqliteStore
+
+    return tuple(dict.fromkeys(SqliteStore.indexes + PostgresStore.indexes))
 
 
 def open_store(location: str, *, readonly: bool = False, create: bool = True) -> Store:

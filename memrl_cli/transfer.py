@@ -18,16 +18,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from memrl_cli import sqlite
 from memrl_cli.bank import MemoryBank, MemoryInput, Progress, content_hash, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
-from memrl_cli.store import is_server_url
+from memrl_cli.store import Store, is_server_url
 
 EXPORT_VERSION = 1
 STORED_FIELDS = ("q_init", "visits", "created_at", "updated_at", "last_used_at", "ledger", "quarantine_log")
 LEDGER_FIELDS = ("kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at", "source")
-QUARANTINE_FIELDS = ("action", "reason", "actor", "created_at")
 
 
 def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, Any]]:
@@ -65,17 +63,10 @@ def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
     out.write(json.dumps({"memrl_export": EXPORT_VERSION, "engine": bank.store.kind,
                           "schema": bank.store.schema_version(), "embedder": embedder,
                           "vectors": vectors, "exported_at": now()}) + "\n")
-    ledgers: dict[int, list[dict[str, Any]]] = {}
-    cursor = bank.conn.execute(f"SELECT memory_id, {', '.join(LEDGER_FIELDS)} FROM rewards ORDER BY id")
-    for row in cursor:
-        ledgers.setdefault(row[0], []).append(dict(zip(LEDGER_FIELDS, row[1:])))
-    quarantines: dict[int, list[dict[str, Any]]] = {}
-    for row in bank.conn.execute(f"SELECT memory_id, {', '.join(QUARANTINE_FIELDS)} FROM quarantine_log ORDER BY id"):
-        quarantines.setdefault(row[0], []).append(dict(zip(QUARANTINE_FIELDS, row[1:])))
+    ledgers = {mid: [{k: r[k] for k in LEDGER_FIELDS} for r in rows] for mid, rows in bank.store.ledgers().items()}
+    quarantines = bank.store.quarantine_logs()
     n = 0
-    columns = "id, intent, experience, outcome, task_id, source, q, q_init, visits, created_at, updated_at, " \
-              "last_used_at, metadata" + (", embedding" if vectors else "")
-    for row in bank.conn.execute(f"SELECT {columns} FROM memories ORDER BY id"):
+    for row in bank.store.memories_in_order(vectors):
         record = dict(zip(("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits",
                            "created_at", "updated_at", "last_used_at"), row[1:12]))
         record["metadata"] = json.loads(row[12])
@@ -186,44 +177,40 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
     if not same_space:
         for memory, _ in records:
             memory.vector = None
-    vectors = bank._vectors_for([m.intent for m, _ in records], [m.vector for m, _ in records], progress) \
+    vectors = bank.vectors_for([m.intent for m, _ in records], [m.vector for m, _ in records], progress) \
         if records else np.zeros((0, 0), dtype=np.float32)
     counts = {"created": 0, "duplicates": 0, "merged": 0}
     stamp = now()
-    with bank.transaction() as conn:
-        bank._begin_insert(vectors)
+    with bank.transaction(), bank.importing(vectors) as insert:
+        store = bank.store
         for (memory, stored), vector in zip(records, vectors):
-            digest = content_hash(memory.intent, memory.experience)
-            existing = conn.execute(f"SELECT id, q, visits, quarantined_at FROM memories WHERE content_hash = ?"
-                                    f"{bank.store.lock}", (digest,)).fetchone()
+            existing = store.memory_with_content(content_hash(memory.intent, memory.experience))
             ledger = stored.get("ledger", [])
             if existing is None:
-                mid = bank._insert_memory(memory, vector, stamp, stored)
+                mid = insert(memory, vector, stamp, stored)
                 if mid is None:  # another writer stored the same content since the check (PostgreSQL)
                     counts["duplicates"] += 1
                     continue
-                _append_ledger(conn, mid, ledger)
-                _append_quarantine_log(conn, mid, stored.get("quarantine_log", []), None, source_name, stamp)
+                _append_ledger(store, mid, ledger)
+                _append_quarantine_log(store, mid, stored.get("quarantine_log", []), None, source_name, stamp)
                 counts["created"] += 1
             elif merge_duplicates:
-                mid, q_here, visits_here = int(existing[0]), float(existing[1]), int(existing[2])
+                mid, q_here, visits_here, quarantined_at = existing
                 visits_in = int(stored.get("visits", 0))
                 total = visits_here + visits_in
                 merged_q = (q_here * visits_here + memory.q * visits_in) / total if total else (q_here + memory.q) / 2
-                last_q = _append_ledger(conn, mid, ledger, start=(q_here, float(stored["q_init"]), source_name))
-                _append_ledger(conn, mid, [{"kind": "set", "q_before": last_q, "q_after": merged_q,
-                                            "created_at": stamp, "source": f"merge: visit-weighted Q ({source_name})"}])
-                conn.execute("UPDATE memories SET q = ?, visits = ?, updated_at = ? WHERE id = ?",
-                             (merged_q, total, stamp, mid))
-                _append_quarantine_log(conn, mid, stored.get("quarantine_log", []), existing[3], source_name, stamp)
+                last_q = _append_ledger(store, mid, ledger, start=(q_here, float(stored["q_init"]), source_name))
+                _append_ledger(store, mid, [{"kind": "set", "q_before": last_q, "q_after": merged_q,
+                                             "created_at": stamp, "source": f"merge: visit-weighted Q ({source_name})"}])
+                store.set_memory_q(mid, merged_q, stamp, visits=total)
+                _append_quarantine_log(store, mid, stored.get("quarantine_log", []), quarantined_at, source_name, stamp)
                 counts["merged"] += 1
             else:
                 counts["duplicates"] += 1
-        bank._end_insert()
     return counts
 
 
-def _append_ledger(conn: Any, memory_id: int, rows: list[dict[str, Any]],
+def _append_ledger(store: Store, memory_id: int, rows: list[dict[str, Any]],
                    start: tuple[float, float, str] | None = None) -> float:
     """Append ledger rows (receipt links dropped: receipts stay in their own bank); return the last Q.
 
@@ -233,51 +220,27 @@ def _append_ledger(conn: Any, memory_id: int, rows: list[dict[str, Any]],
     if start is not None and rows:
         rows = [{"kind": "set", "q_before": start[0], "q_after": start[1], "created_at": now(),
                  "source": f"merge: start of ledger from {start[2]}"}] + rows
-    last = start[0] if start else None
-    for r in rows:
-        conn.execute("INSERT INTO rewards (memory_id, kind, reward, alpha, q_floor, q_before, q_after, created_at, "
-                     "source) VALUES (?,?,?,?,?,?,?,?,?)",
-                     (memory_id, r["kind"], r.get("reward"), r.get("alpha"), r.get("q_floor"), r["q_before"],
-                      r["q_after"], r.get("created_at") or now(), r.get("source")))
-        last = r["q_after"]
+    store.append_ledger(memory_id, [{**r, "retrieval_id": None, "created_at": r.get("created_at") or now()}
+                                    for r in rows])
+    last = rows[-1]["q_after"] if rows else (start[0] if start else None)
     return float(last) if last is not None else 0.0
 
 
-def _append_quarantine_log(conn: Any, memory_id: int, rows: list[dict[str, Any]], quarantined_at: str | None,
+def _append_quarantine_log(store: Store, memory_id: int, rows: list[dict[str, Any]], quarantined_at: str | None,
                            source_name: str, stamp: str) -> None:
     """Append an incoming quarantine log and set the memory's state from it. A memory quarantined on
     either side stays quarantined (a `quarantine` row says so when the incoming log ends in a release)."""
-    for r in rows:
-        conn.execute("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
-                     (memory_id, r["action"], r.get("reason"), r.get("actor"), r["created_at"]))
+    store.log_quarantine([(memory_id, r["action"], r.get("reason"), r.get("actor"), r["created_at"]) for r in rows])
     if rows and rows[-1]["action"] == "quarantine":
-        conn.execute("UPDATE memories SET quarantined_at = ? WHERE id = ?", (quarantined_at or rows[-1]["created_at"],
-                                                                              memory_id))
+        store.set_quarantined([memory_id], quarantined_at or rows[-1]["created_at"])
     elif rows and quarantined_at is not None:
-        conn.execute("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) VALUES (?,?,?,?,?)",
-                     (memory_id, "quarantine", f"merge: quarantined in this bank, released in {source_name}", None,
-                      stamp))
+        store.log_quarantine([(memory_id, "quarantine", f"merge: quarantined in this bank, released in {source_name}",
+                               None, stamp)])
 
 
 def backup(bank: MemoryBank, destination: str, overwrite: bool = False) -> int:
     """A consistent copy of a SQLite bank while others may be writing (SQLite's online backup); bytes written."""
-    if bank.is_server:
-        raise MemrlError("`memrl backup` copies a SQLite bank; back up a PostgreSQL bank with pg_dump, or move its "
-                         "memories, Q values and ledgers with `memrl export --vectors`")
-    if os.path.exists(destination):
-        if not overwrite:
-            raise MemrlError(f"{destination} exists; pass --force to overwrite it")
-        os.remove(destination)
-    try:
-        target = sqlite.connect(destination)
-        try:
-            bank.conn.backup(target)
-        finally:
-            target.close()
-    except sqlite.Error as exc:
-        if os.path.exists(destination):
-            os.remove(destination)
-        raise MemrlError(f"cannot write a backup to {destination}: {exc}") from None
+    bank.store.backup(destination, overwrite)
     return os.path.getsize(destination)
 
 

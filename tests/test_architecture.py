@@ -24,11 +24,11 @@ HARNESS_ROOTS = ("memrl_bench", "benchmarks")
 METHOD = {"retrieve", "learn", "scan", "experience"}  # rule 4: pure, no bank, no Store
 # Rule 6 does not hold yet: modules that still run SQL on a bank's connection (docs/architecture.md).
 # Remove a module once its SQL moves behind the Store; never add one.
-STORE = {"memrl_cli/store.py", "memrl_cli/sqlite.py", "memrl_cli/postgres.py", "memrl_cli/schema.py",
+STORE = {"memrl_cli/store.py", "memrl_cli/store_views.py", "memrl_cli/store_repairs.py", "memrl_cli/store_runs.py",
+         "memrl_cli/sqlite.py", "memrl_cli/sqlite_schema.py", "memrl_cli/postgres.py", "memrl_cli/schema.py",
          "memrl_cli/bank.py"}
-SQL_OUTSIDE_THE_STORE = {"memrl_cli/hygiene.py", "memrl_cli/inspection.py", "memrl_cli/report.py",
-                         "memrl_cli/runs.py", "memrl_cli/transfer.py", "benchmarks/memrl_bench/framework/baselines.py",
-                         "benchmarks/learning/table.py", "benchmarks/testing/pg_server.py"}
+# Test infrastructure, not a bank: the throwaway PostgreSQL server of the tests creates and drops databases.
+SQL_OUTSIDE_THE_STORE = {"benchmarks/testing/pg_server.py"}
 OWN_DATABASES = {"benchmarks/memrl_bench/adapters/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
 MEASUREMENT = "benchmarks/perf/"  # the performance scripts measure the engines themselves
 
@@ -200,3 +200,26 @@ def test_the_install_exposes_memrl_cli_and_memrl_bench_only(tmp_path: Path) -> N
     assert found["memrl_bench"] and found["memrl_cli"], f"not installed (pip install -e .): {found}"
     if Path(found["memrl_cli"]).is_relative_to(ROOT):  # an editable install of this checkout
         assert Path(found["memrl_bench"]) == HARNESS / "__init__.py", found
+
+
+def compares_store_kind(path: Path) -> bool:
+    """Whether a module compares a Store's `kind` (`store.kind == "sqlite"` and the like)."""
+    def is_kind(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "kind" and (
+            isinstance(node.value, ast.Attribute) and node.value.attr == "store"
+            or isinstance(node.value, ast.Name) and node.value.id == "store")
+    return any(isinstance(node, ast.Compare) and any(map(is_kind, [node.left, *node.comparators]))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
+def test_only_the_store_tests_the_engine() -> None:
+    modules = sorted(ROOT.glob("memrl_cli/**/*.py")) + sorted(ROOT.glob("benchmarks/**/*.py"))
+    testing = sorted(path.relative_to(ROOT).as_posix() for path in modules
+                     if path.relative_to(ROOT).as_posix() not in STORE and compares_store_kind(path))
+    assert not testing, f"{testing} test `store.kind` (docs/architecture.md, rule 6): add a Store method instead"
+
+
+def test_the_schema_knows_no_engine_module() -> None:
+    """schema.py (the migrations of both engines) imports neither engine; the engines import it."""
+    used = {module for module, _, _ in imports(ROOT / "memrl_cli" / "schema.py") if module.startswith("memrl_cli")}
+    assert used <= {"memrl_cli.errors"}, f"memrl_cli/schema.py imports {sorted(used)}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memrl_cli import schema
+from memrl_cli import runs, schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 from memrl_cli.inspection import memory as memory_view
@@ -428,11 +428,15 @@ def test_trigger_is_refused_view_and_table_are_ignored(tmp_path: Path) -> None:
 def test_migrations_bring_an_old_bank_up_to_date(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
-    schema.MIGRATIONS[0](conn)
+    for statement in schema.MIGRATIONS[0].ddl("sqlite"):
+        conn.execute(statement)
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     with MemoryBank(path) as bank:
         assert bank.conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+        tables = {r[0] for r in bank.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert not {"runs", "episodes", "run_batches"} & tables  # the harness's tables: its own set (schema.RUNS)
+        runs.create_run(bank, "r1", "toy", "memrl", {}, {}, 0, "test")
         tables = {r[0] for r in bank.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"runs", "episodes", "run_batches"} <= tables
 

@@ -70,8 +70,10 @@ def test_schema_doc_covers_every_table_and_column() -> None:
 
     text = (DOCS / "schema.md").read_text(encoding="utf-8")
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    for migration in schema.MIGRATIONS:
-        migration(conn)
+    for migration_set in schema.SETS:
+        for migration in migration_set.migrations:
+            for statement in migration.ddl("sqlite"):
+                conn.execute(statement)
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     assert set(tables) | {"memory_index", "meta"} == schema.TABLES
     for table in tables:

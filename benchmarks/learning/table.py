@@ -42,9 +42,8 @@ def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[
     adapter = Synthetic(scenario=scenario)
     tasks = {t.id: t for t in adapter.tasks("train")}
     with MemoryBank(str(run_dir / "bank.db"), index="numpy") as bank:
-        texts = dict(bank.conn.execute("SELECT id, experience FROM memories").fetchall())
-        episodes = bank.conn.execute("SELECT task_id, epoch, batch, retrieval_id, new_memory_id FROM episodes "
-                                     "WHERE run_id = ? AND phase = 'train'", (run_id,)).fetchall()
+        texts = bank.store.experiences()
+        episodes = bank.store.training_episodes(run_id)
         born = {new: (e, b) for _, e, b, _, new in episodes if new is not None}
         counts = {"existed": 0, "recalled": 0, "selected": 0}
         last = [row for row in episodes if row[1] == epoch]
@@ -56,8 +55,7 @@ def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[
             counts["existed"] += 1
             if rid is None:
                 continue
-            rows = bank.conn.execute("SELECT memory_id, selected_rank FROM retrieval_candidates WHERE retrieval_id = ?",
-                                     (rid,)).fetchall()
+            rows = bank.store.receipt_selection(rid)
             counts["recalled"] += any(m in useful for m, _ in rows)
             counts["selected"] += any(m in useful and rank is not None for m, rank in rows)
     return {k: v / max(len(last), 1) for k, v in counts.items()}

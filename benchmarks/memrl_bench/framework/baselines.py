@@ -39,7 +39,6 @@ def adjust(llm: Chat, memory: dict[str, Any], task: str, trajectory: str) -> str
 
 def reflexion_memories(bank: MemoryBank, task_id: str) -> list[dict[str, Any]]:
     """The task's own most recent self-reflections, newest first (Reflexion's episodic memory)."""
-    rows = bank.conn.execute("SELECT id, intent, experience, outcome, q FROM memories WHERE task_id = ? "
-                             "ORDER BY id DESC LIMIT ?", (task_id, REFLEXION_WINDOW)).fetchall()
+    rows = bank.store.recent_task_memories(task_id, REFLEXION_WINDOW)
     return [{"id": r[0], "intent": r[1], "experience": r[2], "outcome": r[3], "similarity": 1.0, "q": float(r[4]),
              "score": 0.0} for r in rows]
