@@ -3,7 +3,7 @@ harness's tables left the core migrations), on SQLite (`bank_9ce9eef.db`) and on
 (`bank_9ce9eef.pg.sql`, a `pg_dump` of it), and what they must answer (`bank_9ce9eef.json`).
 
 Run once, with the code of that commit: `python tests/data/make_old_banks.py ADMIN_DSN` (a PostgreSQL
-server with pgvector, e.g. `benchmarks.pg_server.LocalPostgres().dsn`). Uses only the public API.
+server with pgvector, e.g. `benchmarks.testing.pg_server.LocalPostgres().dsn`). Uses only the public API.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
     sqlite_bank = HERE / "bank_9ce9eef.db"
     sqlite_bank.unlink(missing_ok=True)
     expected = fill(str(sqlite_bank))
-    from benchmarks.pg_server import find_binaries, temporary_database
+    from benchmarks.testing.pg_server import find_binaries, temporary_database
 
     with temporary_database(sys.argv[1], "memrl_fixture") as url:
         assert fill(url) == expected
