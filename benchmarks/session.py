@@ -1,4 +1,5 @@
-"""`memrl bench`: settings from flags, config and environment; the LLM endpoint; progress; reports.
+"""`memrl bench`: `run_from_cli`, the command's one entry point; settings from flags, config and
+environment; the LLM endpoint; progress; reports.
 
 Precedence for benchmark settings, highest first: command-line flags, the `bench:` section of
 `--config` (by default configs/NAME.yaml, which carries the MemRL authors' protocol for NAME),
@@ -16,7 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,10 +27,11 @@ from benchmarks import registry
 from benchmarks.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
                                 write_comparison)
 from benchmarks.signals import interrupt_on_termination
+from memrl_cli import settings
 from memrl_cli.errors import MemrlError
 from memrl_cli.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
-BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
+BENCH_FIELDS = settings.names(BenchConfig) - {"benchmark", "method", "config_file"}
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
@@ -62,17 +64,9 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def read_config(path: str | None) -> dict[str, Any]:
     """The `bench:` section of a YAML config (empty without a file)."""
-    if path is None:
+    section = settings.read_section(path, "bench") if path is not None else None
+    if section is None:
         return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise MemrlError(f"cannot read config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise MemrlError(f"config {path} is not valid YAML: {exc}") from None
-    section = data.get("bench", {}) if isinstance(data, dict) else None
-    if not isinstance(section, dict):
-        raise MemrlError(f"config {path}: `bench:` must be a mapping")
     unknown = set(section) - BENCH_FIELDS - {"method"}
     if unknown:
         raise MemrlError(f"config {path}: unknown bench settings {', '.join(sorted(unknown))}")
@@ -84,11 +78,7 @@ def read_config(path: str | None) -> dict[str, Any]:
 
 
 def _llm_section(path: str | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    section = data.get("llm") if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else None
+    return settings.read_section(path, "llm") if path is not None else None
 
 
 def _names_endpoint(section: dict[str, Any] | None) -> bool:
@@ -122,8 +112,8 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
     configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
                   or _names_endpoint(section))
     if not local_llm and configured:
-        settings = resolve_llm_settings(llm_config, **flags)
-        yield replace(settings, temperature=None) if unset else settings
+        resolved = resolve_llm_settings(llm_config, **flags)
+        yield replace(resolved, temperature=None) if unset else resolved
         return
     from benchmarks.local_llm import LocalModelServer, gguf_path, require_llama_server
 
@@ -174,6 +164,31 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
                 bar.update(task, advance=1, description=f"{total_hint} epoch {state['epoch']} "
                                                         f"acc {acc:.2f} CSR {state['csr']:.2f}")
         yield report
+
+
+def run_from_cli(flags: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+    """`memrl bench`: its options by name (the parameters of `memrl_cli.cli.bench`), to the runs' summary
+    (one run's, or `{"runs": [...]}` for several methods) and the function that prints it for people.
+
+    An option named as a `BenchConfig` field is that setting, one named as an `LLMSettings` field
+    is that LLM setting (`--temperature default`: send none); `--option KEY=VALUE`, `--task-types`
+    and `--max-steps` are adapter options; `--eval none` is no evaluation.
+    """
+    given = dict(flags)
+    options = parse_options(given.pop("option") or [])
+    for key in ("task_types", "max_steps"):
+        value = given.pop(key)
+        if value is not None:
+            options[key] = value
+    if given["eval_splits"] is not None:
+        given["eval_splits"] = [] if given["eval_splits"] == "none" else given["eval_splits"].split(",")
+    given["temperature"] = parse_temperature(given["temperature"])
+    bench_flags = {key: given.pop(key) for key in BENCH_FIELDS & set(given)}
+    llm_flags = {key: given.pop(key) for key in settings.names(LLMSettings) & set(given)}
+    show_progress = not given.pop("as_json")
+    summaries = bench(given.pop("name"), given.pop("method"), bench_flags, options, llm_flags=llm_flags,
+                      show_progress=show_progress, **given)
+    return (summaries[0] if len(summaries) == 1 else {"runs": summaries}), render_summaries
 
 
 def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[str, Any], *, config: str | None,
