@@ -40,14 +40,14 @@ from typing import Any
 
 from benchmarks import baselines, metrics, registry, self_rag
 from benchmarks.protocol import LLM, Benchmark, Episode, Task
-from memrl_cli import __version__, runs, settings, validators
+from memrl_cli import __version__, runs, validators
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import distil
 from memrl_cli.learn import check_reward
 from memrl_cli.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.settings import setting
+from memrl_cli.settings import check_all, setting
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
 METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
@@ -131,7 +131,7 @@ class BenchConfig:
                              "for another λ")
         if isinstance(self.eval_splits, str):
             self.eval_splits = [s.strip() for s in self.eval_splits.split(",") if s.strip()]
-        settings.check_all(self)
+        check_all(self)
         check_reward(1.0, self.alpha)  # α in (0, 1]
         if self.uses_memory:
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε

@@ -86,34 +86,41 @@ def _names_endpoint(section: dict[str, Any] | None) -> bool:
     return section is not None and bool({"base_url", "model"} & set(section))
 
 
-def check_llm_choice(config: str | None, flags: dict[str, Any], local_llm: bool) -> None:
-    """Refuse a named model (--model, MEMRL_MODEL) with no key and no endpoint: never fall back silently."""
-    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
-                  or _names_endpoint(_llm_section(config)))
-    model = flags.get("model") or os.environ.get(ENV_MODEL)
-    if model and not configured and not local_llm:
-        raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
-                         f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
-                         "(--local-llm runs the offline model instead)")
+def _given(flags: dict[str, Any]) -> dict[str, Any]:
+    """The LLM flags that were given (`temperature="default"` sends none: not a flag for the settings)."""
+    return {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and v == "default")}
 
 
-@contextmanager
-def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
-    """The agent's LLM settings; starts (and stops) the offline model when it is to be used.
+def configured_llm(config: str | None, flags: dict[str, Any], local_llm: bool) -> LLMSettings | None:
+    """The settings of the configured endpoint (flags > environment > the config's `llm:` > defaults),
+    or None when the offline model is to be used. A bad value from any source, or a named model
+    (--model, MEMRL_MODEL) with no key and no endpoint, is one line: never fall back silently.
 
     A config's `llm:` section names an endpoint only if it sets `base_url` or `model`; one that
     only sets sampling (the authors' temperature) applies to whichever endpoint is used.
     `temperature="default"` in `flags` sends no temperature, whatever the config says.
     """
     section = _llm_section(config)
-    llm_config = config if section is not None else None
-    unset = flags.get("temperature") == "default"
-    flags = {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and unset)}
-    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
+    given = _given(flags)
+    configured = (given.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
                   or _names_endpoint(section))
-    if not local_llm and configured:
-        resolved = resolve_llm_settings(llm_config, **flags)
-        yield replace(resolved, temperature=None) if unset else resolved
+    if local_llm or not configured:
+        model = given.get("model") or os.environ.get(ENV_MODEL)
+        if model and not local_llm:
+            raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
+                             f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
+                             "(--local-llm runs the offline model instead)")
+        return None
+    resolved = resolve_llm_settings(config if section is not None else None, **given)
+    return replace(resolved, temperature=None) if flags.get("temperature") == "default" else resolved
+
+
+@contextmanager
+def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
+    """The agent's LLM settings (`configured_llm`); starts (and stops) the offline model when it is to be used."""
+    configured = configured_llm(config, flags, local_llm)
+    if configured is not None:
+        yield configured
         return
     from benchmarks.local_llm import LocalModelServer, gguf_path, require_llama_server
 
@@ -127,7 +134,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
     with LocalModelServer() as server:
-        yield server.llm_settings(**{k: v for k, v in flags.items() if k in ("temperature", "concurrency")})
+        yield server.llm_settings(**{k: v for k, v in _given(flags).items() if k in ("temperature", "concurrency")})
 
 
 @contextmanager
@@ -223,7 +230,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
         check_method(method, name, adapter)
-    check_llm_choice(config, llm_flags, local_llm)
+    configured_llm(config, llm_flags, local_llm)  # a bad LLM setting: one line, before anything is written
     sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
     summaries = []
     with ExitStack() as stack:

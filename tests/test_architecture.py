@@ -140,3 +140,13 @@ def test_importing_and_running_the_core_loads_no_benchmark_module(tmp_path: Path
     assert not loaded, f"benchmark code loaded by the core (docs/architecture.md, rule 3): {loaded}"
     if result["missing"]:
         pytest.skip(f"not importable without their extras: {result['missing']} (the rest was checked)")
+
+
+def test_the_cli_calls_one_entry_point_of_the_harness() -> None:
+    """Rule 2: `cli.bench` uses one name of the session it imports (`run_from_cli`, which owns the bench
+    options), so the harness can change how it reads them without touching the CLI."""
+    tree = ast.parse((ROOT / "memrl_cli" / "cli.py").read_text(encoding="utf-8"))
+    bench = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "bench")
+    used = {node.attr for node in ast.walk(bench) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "session"}
+    assert used == {"run_from_cli"}, f"cli.bench uses {sorted(used)} of the harness's session (docs/architecture.md, rule 2)"
