@@ -601,8 +601,8 @@ def bench(
     with command(as_json):
         from benchmarks import session
 
-        data, render = session.run_from_cli(options)
-        emit(data, as_json, render)
+        summary, render = session.run_from_cli(options)
+        emit(summary, as_json, render)
 
 
 @app.command()

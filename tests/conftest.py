@@ -57,12 +57,12 @@ def error_line(done: Any) -> str:
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-CHOOSERS = ("MEMRL_DB", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_MODEL")  # pick a bank or an LLM endpoint
+CHOOSERS = ("MEMRL_DB", "MEMRL_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_MODEL")  # pick a bank, a secret, an LLM
 
 
 def cli_env(**variables: str) -> dict[str, str]:
-    """The environment of a `memrl` subprocess: this one without the variables that pick a bank or an
-    LLM endpoint (`CHOOSERS`), with the tests' and the repository's modules importable (the toy
+    """The environment of a `memrl` subprocess: this one without the variables that pick a bank, a
+    server's token or an LLM endpoint (`CHOOSERS`), with the tests' and the repository's modules importable (the toy
     benchmark), then `variables` (e.g. `MEMRL_DB=...`, `OPENAI_API_KEY=...`)."""
     env = {k: v for k, v in os.environ.items() if k not in CHOOSERS}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])
@@ -70,9 +70,9 @@ def cli_env(**variables: str) -> dict[str, str]:
 
 
 def run_memrl(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120,
-              ok: bool = False) -> subprocess.CompletedProcess[str]:
+              ok: bool = True) -> subprocess.CompletedProcess[str]:
     """Run `python -m memrl_cli ARGS` as a real subprocess, in `cli_env()` plus `env`, capturing its text
-    output; with `ok`, require exit code 0."""
+    output; with `ok` (unless told otherwise), require exit code 0."""
     done = subprocess.run([sys.executable, "-m", "memrl_cli", *args], input=stdin, capture_output=True, text=True,
                           env=cli_env(**(env or {})), timeout=timeout)
     if ok:

@@ -113,7 +113,7 @@ def test_a_bad_value_from_any_source_is_one_line_and_writes_nothing(tmp_path: Pa
     config.write_text(text or "bench:\n  epochs: 1\n")
     runs = tmp_path / "runs"
     done = run_memrl("bench", TOY, "--config", str(config), "--runs-dir", str(runs), "--workers", "0", *flags,
-                     env={"OPENAI_BASE_URL": DEAD, "OPENAI_API_KEY": KEY, **env})
+                     env={"OPENAI_BASE_URL": DEAD, "OPENAI_API_KEY": KEY, **env}, ok=False)
     assert error in error_line(done)
     assert not runs.exists()
 
