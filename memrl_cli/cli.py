@@ -597,25 +597,12 @@ def bench(
     as_json: bool = JSON,
 ) -> None:
     """Run the runtime-learning loop on a benchmark and report accuracy, CSR and forgetting per epoch."""
+    options = dict(locals())  # every option by its name: the harness owns what each one means
     with command(as_json):
         from memrl_bench.framework import session
 
-        flags = {"epochs": epochs, "batch_size": batch_size, "limit": limit, "eval_limit": eval_limit,
-                 "eval_every": eval_every, "k1": k1,
-                 "k2": k2, "lam": lam, "threshold": threshold, "epsilon": epsilon, "alpha": alpha, "seed": seed,
-                 "data": data, "embedder": embedder,
-                 "eval_splits": ([] if eval_splits == "none" else eval_splits.split(",")) if eval_splits else None}
-        options = session.parse_options(option or [])
-        if task_types is not None:
-            options["task_types"] = task_types
-        if max_steps is not None:
-            options["max_steps"] = max_steps
-        summaries = session.bench(name, method, flags, options, config=config,
-                                  llm_flags={"model": model, "base_url": base_url, "concurrency": concurrency,
-                                             "temperature": session.parse_temperature(temperature)},
-                                  local_llm=local_llm,
-                                  workers=workers, runs_dir=runs_dir, resume=resume, db=db, show_progress=not as_json)
-        emit(summaries[0] if len(summaries) == 1 else {"runs": summaries}, as_json, session.render_summaries)
+        summary, render = session.run_from_cli(options)
+        emit(summary, as_json, render)
 
 
 @app.command()

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from memrl_cli import validators
 from memrl_cli.bank import MemoryBank, _text, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import q_update
@@ -43,7 +44,7 @@ def _memory_ids(ids: Iterable[Any]) -> list[int]:
         unique = list(dict.fromkeys(ids))
     except TypeError:
         unique = []
-    if not unique or not all(isinstance(i, int) and not isinstance(i, bool) for i in unique):
+    if not unique or not all(map(validators.is_whole, unique)):
         raise MemrlError("give one or more memory ids (integers)")
     return unique
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.errors import MemrlError
+from memrl_cli.validators import is_finite, is_whole
 
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
@@ -89,7 +90,7 @@ class RetrieveParams:
             raise MemrlError(f"recall must be one of {', '.join(RECALLS)}, got {self.recall!r}")
         if self.selector not in SELECTORS:
             raise MemrlError(f"selector must be one of {', '.join(SELECTORS)}, got {self.selector!r}")
-        if not (isinstance(self.pool, int) and not isinstance(self.pool, bool) and 1 <= self.pool <= 1024):
+        if not (is_whole(self.pool) and 1 <= self.pool <= 1024):
             raise MemrlError(f"pool must be an integer in [1, 1024], got {self.pool!r}")
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
             raise MemrlError(f"k1 and k2 must be positive integers, got k1={self.k1}, k2={self.k2}")
@@ -98,14 +99,14 @@ class RetrieveParams:
         for name, value, low, high in (("lambda", self.lam, 0, 1), ("threshold", self.threshold, -1, 1),
                                        ("epsilon", self.epsilon, 0, 1),
                                        ("group threshold", self.group_threshold, -1, 1)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+            if not (is_finite(value) and low <= value <= high):
                 raise MemrlError(f"{name} must be a number in [{low}, {high}], got {value!r}")
         if (self.sim_mean is None) != (self.sim_std is None):
             raise MemrlError("give both sim_mean and sim_std to override the similarity statistics, or neither")
-        if self.sim_mean is not None and not (math.isfinite(self.sim_mean) and self.sim_std is not None
-                                              and math.isfinite(self.sim_std) and self.sim_std > 0):
+        if self.sim_mean is not None and not (is_finite(self.sim_mean) and self.sim_std is not None
+                                              and is_finite(self.sim_std) and self.sim_std > 0):
             raise MemrlError(f"sim_mean must be finite and sim_std finite and > 0, got {self.sim_mean}, {self.sim_std}")
-        if self.q_min is not None and not (isinstance(self.q_min, (int, float)) and math.isfinite(self.q_min)):
+        if self.q_min is not None and not is_finite(self.q_min):
             raise MemrlError(f"q_min must be a finite number or unset, got {self.q_min!r}")
 
     def to_dict(self) -> dict[str, Any]:

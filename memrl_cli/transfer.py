@@ -10,7 +10,6 @@ import too.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from memrl_cli.bank import MemoryBank, MemoryInput, Progress, content_hash, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
 from memrl_cli.store import Store, is_server_url
+from memrl_cli.validators import is_finite, is_whole
 
 EXPORT_VERSION = 1
 STORED_FIELDS = ("q_init", "visits", "created_at", "updated_at", "last_used_at", "ledger", "quarantine_log")
@@ -80,19 +80,15 @@ def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
     return n
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _ledger_problem(row: Any) -> str | None:
     """Why a ledger row cannot have been written by memrl, or None."""
     if not isinstance(row, dict) or row.get("kind") not in ("reward", "set"):
         return "is not a reward or set row"
-    if not (_number(row.get("q_before")) and _number(row.get("q_after"))):
+    if not (is_finite(row.get("q_before")) and is_finite(row.get("q_after"))):
         return "has no finite q_before/q_after"
-    if row["kind"] == "reward" and not (_number(row.get("reward")) and _number(row.get("alpha"))
+    if row["kind"] == "reward" and not (is_finite(row.get("reward")) and is_finite(row.get("alpha"))
                                         and 0 < row["alpha"] <= 1
-                                        and (row.get("q_floor") is None or _number(row["q_floor"]))):
+                                        and (row.get("q_floor") is None or is_finite(row["q_floor"]))):
         return "has no finite reward, alpha in (0, 1] and floor"
     if not all(row.get(k) is None or isinstance(row[k], str) for k in ("created_at", "source")):
         return "has a created_at or source that is not text"
@@ -122,12 +118,12 @@ def _parse_stored(obj: Any, where: str) -> tuple[MemoryInput, dict[str, Any]]:
         raise MemrlError(f"{where}quarantine_log must be a list of {{\"action\": \"quarantine\" or \"release\", "
                          "\"created_at\", \"reason\"?, \"actor\"?}} rows")
     visits = stored.get("visits", 0)
-    if not isinstance(visits, int) or isinstance(visits, bool) or visits < 0:
+    if not is_whole(visits) or visits < 0:
         raise MemrlError(f"{where}visits must be a non-negative integer")
     if not all(stored.get(k) is None or isinstance(stored[k], str) for k in ("created_at", "updated_at", "last_used_at")):
         raise MemrlError(f"{where}created_at, updated_at and last_used_at must be text")
     stored.setdefault("q_init", memory.q if not ledger else ledger[0]["q_before"])
-    if not _number(stored["q_init"]):
+    if not is_finite(stored["q_init"]):
         raise MemrlError(f"{where}q_init must be a finite number")
     chain = [stored["q_init"]] + [r["q_after"] for r in ledger]
     if any(abs(r["q_before"] - before) > 1e-9 for r, before in zip(ledger, chain)) or \

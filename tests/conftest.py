@@ -1,5 +1,6 @@
 """Shared fixtures: a PostgreSQL + pgvector server for the tests marked `postgres`; one policy for what
-a test needs and this machine lacks (`unavailable`: skip, or fail under CI); one error-line asserter.
+a test needs and this machine lacks (`unavailable`: skip, or fail under CI); one error-line asserter;
+one runner of the `memrl` command as a real subprocess (`run_memrl`, in the environment `cli_env`).
 
 `bank_at` runs a test once per engine: it makes new bank locations (SQLite files, or fresh
 PostgreSQL databases). The server is `MEMRL_TEST_PG_DSN` when set (an admin `postgresql://` URL of a
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -50,6 +53,31 @@ def error_line(done: Any) -> str:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("memrl: error: "), done.stderr
     return lines[0]
+
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+CHOOSERS = ("MEMRL_DB", "MEMRL_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_MODEL")  # pick a bank, a secret, an LLM
+
+
+def cli_env(**variables: str) -> dict[str, str]:
+    """The environment of a `memrl` subprocess: this one without the variables that pick a bank, a
+    server's token or an LLM endpoint (`CHOOSERS`), with the tests' and the repository's modules importable (the toy
+    benchmark), then `variables` (e.g. `MEMRL_DB=...`, `OPENAI_API_KEY=...`)."""
+    env = {k: v for k, v in os.environ.items() if k not in CHOOSERS}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])
+    return env | variables
+
+
+def run_memrl(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120,
+              ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `python -m memrl_cli ARGS` as a real subprocess, in `cli_env()` plus `env`, capturing its text
+    output; with `ok` (unless told otherwise), require exit code 0."""
+    done = subprocess.run([sys.executable, "-m", "memrl_cli", *args], input=stdin, capture_output=True, text=True,
+                          env=cli_env(**(env or {})), timeout=timeout)
+    if ok:
+        assert done.returncode == 0, f"{args}: {done.stderr}"
+    return done
 
 
 @pytest.fixture(scope="session")

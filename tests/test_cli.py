@@ -7,33 +7,25 @@ given as `--db PATH|URL` or `MEMRL_DB`; the rest are about the SQLite file and s
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import error_line
+from conftest import error_line, run_memrl
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 
 MEMORY_KEYS = {"id", "intent", "experience", "outcome", "similarity", "q", "score"}
 
 
-def memrl(db: str | Path | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-          ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `python -m memrl_cli ARGS --db DB` (MEMRL_DB only when `env` sets it); with `ok`, require exit code 0."""
-    full_env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"} | (env or {})
-    command = [sys.executable, "-m", "memrl_cli", *args] + (["--db", str(db)] if db is not None else [])
-    done = subprocess.run(command, input=stdin, capture_output=True, text=True, env=full_env, timeout=120)
-    if ok:
-        assert done.returncode == 0, f"{args}: {done.stderr}"
-    return done
+def memrl(db: str | Path | None, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`run_memrl(ARGS --db DB)` (no `--db` when `db` is None: MEMRL_DB only when `env` sets it)."""
+    return run_memrl(*args, *(["--db", str(db)] if db is not None else []), **options)
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> Any:

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import conftest
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
@@ -166,10 +167,7 @@ def bench_cmd(server, runs_dir: Path, *extra: str) -> list[str]:
 
 
 def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
-    env["OPENAI_API_KEY"] = "sk-test-planted-key-000000000000"
-    return env
+    return conftest.cli_env(OPENAI_API_KEY="sk-test-planted-key-000000000000")
 
 
 def test_killed_run_resumes_to_the_same_metrics(server, tmp_path):
@@ -215,12 +213,10 @@ def test_killed_run_resumes_to_the_same_metrics(server, tmp_path):
 
 
 def test_bench_errors_are_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", "no-such-bench", "--base-url",
-                             "http://127.0.0.1:9/v1", "--runs-dir", str(tmp_path)], env=cli_env(),
-                            capture_output=True, text=True, timeout=60)
+    result = conftest.run_memrl("bench", "no-such-bench", "--base-url", "http://127.0.0.1:9/v1", "--runs-dir",
+                                str(tmp_path), ok=False, timeout=60)
     assert result.returncode == 1
-    assert result.stderr.startswith("memrl: error: unknown benchmark 'no-such-bench'")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert conftest.error_line(result).startswith("memrl: error: unknown benchmark 'no-such-bench'")
 
 
 def test_unreachable_endpoint_fails_before_any_work(tmp_path):
@@ -279,11 +275,10 @@ def test_lambda_override_applies_to_memrl_only_and_config_method_is_used(server,
 
 
 def test_resume_of_something_that_is_not_a_run_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", TOY, "--resume", str(tmp_path),
-                             "--base-url", "http://127.0.0.1:9/v1"], env=cli_env(), capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 1 and result.stderr.strip().count("\n") == 0
-    assert "is not a run directory" in result.stderr
+    result = conftest.run_memrl("bench", TOY, "--resume", str(tmp_path), "--base-url", "http://127.0.0.1:9/v1",
+                                ok=False, timeout=60)
+    assert result.returncode == 1
+    assert "is not a run directory" in conftest.error_line(result)
 
 
 def test_bench_never_learns_in_memrl_db_and_names_its_bank_first(server, tmp_path):
@@ -305,17 +300,14 @@ def test_bench_never_learns_in_memrl_db_and_names_its_bank_first(server, tmp_pat
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_a_named_model_without_key_or_endpoint_is_one_line(tmp_path, how):
-    env = {k: v for k, v in cli_env().items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    command = [sys.executable, "-m", "memrl_cli", "bench", TOY, "--runs-dir", str(tmp_path), "--workers", "0"]
-    if how == "flag":
-        command += ["--model", "gpt-4o-mini"]
-    else:
-        env["MEMRL_MODEL"] = "gpt-4o-mini"
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    named = ["--model", "gpt-4o-mini"] if how == "flag" else []
+    result = conftest.run_memrl("bench", TOY, "--runs-dir", str(tmp_path), "--workers", "0", *named, ok=False,
+                                env={} if how == "flag" else {"MEMRL_MODEL": "gpt-4o-mini"}, timeout=60)
     assert result.returncode == 1
-    assert result.stderr.startswith("memrl: error: model 'gpt-4o-mini' is named")
-    assert "OPENAI_API_KEY" in result.stderr and "--base-url" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+    line = conftest.error_line(result)
+    assert line.startswith("memrl: error: model 'gpt-4o-mini' is named")
+    assert "OPENAI_API_KEY" in line and "--base-url" in line
+    assert not list(tmp_path.iterdir())
 
 
 def test_progress_knows_the_total_number_of_episodes(server, tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import error_line
+from conftest import error_line, run_memrl
 from memrl_cli import schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.embed import normalise
@@ -52,16 +51,6 @@ def new_pg(pg_server_dsn: str) -> Iterator[Callable[[], str]]:
     yield create
     for name in made:
         drop_database(pg_server_dsn, name)
-
-
-def cli(*args: str, env: dict[str, str] | None = None, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `python -m memrl_cli ARGS` (no MEMRL_DB unless `env` sets it); with `ok`, require exit code 0."""
-    full_env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"} | (env or {})
-    done = subprocess.run([sys.executable, "-m", "memrl_cli", *args], capture_output=True, text=True, env=full_env,
-                          timeout=120)
-    if ok:
-        assert done.returncode == 0, f"{args}: {done.stderr}"
-    return done
 
 
 def closed_port() -> int:
@@ -138,15 +127,15 @@ def test_sqlite_to_postgres_to_sqlite_round_trip(tmp_path: Path, new_pg: Callabl
     assert any(r["retrieval_id"] is not None for m in original.values() for r in m["ledger"])
 
     exported = tmp_path / "first.jsonl"
-    cli("export", "--vectors", "-o", str(exported), "--db", first)
-    imported = json.loads(cli("import", str(exported), "--embedder", EMBEDDER, "--json", "--db", server).stdout)
+    run_memrl("export", "--vectors", "-o", str(exported), "--db", first)
+    imported = json.loads(run_memrl("import", str(exported), "--embedder", EMBEDDER, "--json", "--db", server).stdout)
     assert imported == {"created": 12, "duplicates": 0, "merged": 0}
     on_server = snapshot(server)
     assert_same_bank(on_server, original, receipts=False)  # receipts stay in their own bank
 
     exported_again = tmp_path / "server.jsonl"
-    cli("export", "--vectors", "-o", str(exported_again), env={"MEMRL_DB": server})
-    cli("import", str(exported_again), "--embedder", EMBEDDER, "--db", last)
+    run_memrl("export", "--vectors", "-o", str(exported_again), env={"MEMRL_DB": server})
+    run_memrl("import", str(exported_again), "--embedder", EMBEDDER, "--db", last)
     assert_same_bank(snapshot(last), on_server, receipts=True)
     assert export_records(first) == export_records(server) == export_records(last)
 
@@ -184,7 +173,7 @@ def test_merge_across_engines_equals_the_sqlite_merge(tmp_path: Path, new_pg: Ca
 
     first, second = on(engines[0], a, "a"), on(engines[1], b, "b")
     output = new_pg() if engines[2] == "postgresql" else str(tmp_path / "merged.db")
-    counts = json.loads(cli("merge", first, second, "-o", output, "--json").stdout)
+    counts = json.loads(run_memrl("merge", first, second, "-o", output, "--json").stdout)
     assert counts == {"created": 1, "duplicates": 0, "merged": 8}
     got, want = snapshot(output), snapshot(reference)
     assert got.keys() == want.keys()
@@ -196,7 +185,7 @@ def test_merge_across_engines_equals_the_sqlite_merge(tmp_path: Path, new_pg: Ca
         assert np.array_equal(theirs["vector"], mine["vector"])
         assert comparable(theirs["ledger"]) == comparable(mine["ledger"]), intent
     if engines[2] == "postgresql":
-        again = cli("merge", a, b, "-o", output, ok=False)
+        again = run_memrl("merge", a, b, "-o", output, ok=False)
         assert "already holds memories; merge writes a new bank" in error_line(again)
 
 
@@ -340,7 +329,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
         bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors)])
         assert bank.store.index_info()["kind"] == "exact"
         assert bank.set_index("hnsw")["kind"] == "hnsw"
-    assert json.loads(cli("inspect", "--stats", "--json", "--db", pg_dsn).stdout)["index"]["kind"] == "hnsw"
+    assert json.loads(run_memrl("inspect", "--stats", "--json", "--db", pg_dsn).stdout)["index"]["kind"] == "hnsw"
 
     with MemoryBank(pg_dsn, index="hnsw") as hnsw, MemoryBank(pg_dsn, index="exact") as exact:
         for bank in (hnsw, exact):  # a 2,000-row table is cheaper to scan: make the planner use the index if it can
@@ -381,10 +370,10 @@ def test_an_unreachable_server_is_one_line_without_the_password() -> None:
     message = str(caught.value)
     assert f"postgresql://memrl:***@127.0.0.1:{port}/bank" in message and "refused" in message
     assert "s3cret-pw" not in message and "\n" not in message
-    line = error_line(cli("inspect", "--stats", env={"MEMRL_DB": url}, ok=False))
+    line = error_line(run_memrl("inspect", "--stats", env={"MEMRL_DB": url}, ok=False))
     assert f"127.0.0.1:{port}" in line and "s3cret-pw" not in line
     query_password = f"postgresql://memrl@127.0.0.1:{port}/bank?password=s3cret-pw"
-    line = error_line(cli("retrieve", "apple", "--db", query_password, ok=False))
+    line = error_line(run_memrl("retrieve", "apple", "--db", query_password, ok=False))
     assert "password=***" in line and "s3cret-pw" not in line
 
 
@@ -394,7 +383,7 @@ def test_a_password_never_shows_in_paths_stats_or_doctor(pg_dsn: str) -> None:
         bank.ingest("a", "b", vector=normalise(np.ones(DIM))[0].tolist())
         assert "s3cret-pw" not in bank.path and ":***@" in bank.path
         assert "s3cret-pw" not in json.dumps(stats(bank))
-    doctor = cli("doctor", "--json", "--db", url)
+    doctor = run_memrl("doctor", "--json", "--db", url)
     assert "s3cret-pw" not in doctor.stdout + doctor.stderr
     report = json.loads(doctor.stdout)
     assert report["engine"] == "postgresql" and report["ok"]
@@ -405,7 +394,7 @@ def test_an_empty_database_is_not_a_bank_unless_created(pg_dsn: str) -> None:
     for options in ({"create": False}, {"readonly": True}):
         with pytest.raises(MemrlError, match=f"no memrl bank at schema {schema.LATEST} in postgresql://"):
             MemoryBank(pg_dsn, **options)
-    line = error_line(cli("retrieve", "apple", "--db", pg_dsn, ok=False))
+    line = error_line(run_memrl("retrieve", "apple", "--db", pg_dsn, ok=False))
     assert "no memrl bank" in line and "memrl ingest" in line
     import psycopg
 
@@ -423,10 +412,10 @@ def test_sqlite_only_indexes_are_refused(pg_dsn: str, index: str) -> None:
 def test_backup_of_a_server_bank_is_refused(pg_dsn: str, tmp_path: Path) -> None:
     with MemoryBank(pg_dsn, EMBEDDER) as bank:
         bank.ingest("a", "b", vector=normalise(np.ones(DIM))[0].tolist())
-    done = cli("backup", str(tmp_path / "copy.db"), "--db", pg_dsn, ok=False)
+    done = run_memrl("backup", str(tmp_path / "copy.db"), "--db", pg_dsn, ok=False)
     assert done.returncode == 1 and "pg_dump" in error_line(done)
     assert not (tmp_path / "copy.db").exists()
-    as_json = cli("backup", str(tmp_path / "copy.db"), "--json", "--db", pg_dsn, ok=False)
+    as_json = run_memrl("backup", str(tmp_path / "copy.db"), "--json", "--db", pg_dsn, ok=False)
     assert json.loads(as_json.stdout)["error"]["message"].startswith("`memrl backup` copies a SQLite bank")
 
 

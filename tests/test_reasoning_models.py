@@ -5,12 +5,12 @@ All against a real Chat Completions server on 127.0.0.1 (benchmarks/testing/chat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import conftest
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer, is_check
 from benchmarks.testing.toy_benchmark import responder
@@ -65,10 +65,7 @@ def test_check_sends_the_run_parameters_and_names_the_rejected_one():
 
 
 def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL", "MEMRL_MODEL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")])
-    env["OPENAI_API_KEY"] = "sk-test-key"
-    return env
+    return conftest.cli_env(OPENAI_API_KEY="sk-test-key")
 
 
 def test_bench_fails_before_the_first_episode_when_the_model_rejects_temperature(tmp_path: Path):

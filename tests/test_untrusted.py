@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
-from conftest import error_line
+from conftest import error_line, run_memrl
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_cli import sqlite as memrl_sqlite
@@ -43,15 +43,7 @@ def craft(path: Path, *statements: str, vec: bool = False) -> None:
 
 
 def memrl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "MEMRL_DB"}
-    return subprocess.run([sys.executable, "-m", "memrl_cli", *args, "--db", str(db)], env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], expect: str) -> None:
-    line = error_line(done)
-    assert expect in line, line
-    assert len(line) < 1000
+    return run_memrl(*args, "--db", str(db), ok=False)
 
 
 PWNED = "CREATE TABLE pwned (at TEXT)"
@@ -99,7 +91,8 @@ def test_crafted_bank_is_refused(tmp_path: Path, name: str, statements: list[str
     make_bank(db)
     craft(db, *statements)
     before = db.read_bytes()
-    one_line_error(memrl(db, "ingest", "--intent", "new", "--experience", "x", "--vector", json.dumps(V)), expect)
+    line = error_line(memrl(db, "ingest", "--intent", "new", "--experience", "x", "--vector", json.dumps(V)))
+    assert expect in line and len(line) < 1000, line
     with pytest.raises(MemrlError):
         MemoryBank(db)
     assert db.read_bytes() == before  # nothing written, nothing fired
@@ -112,7 +105,8 @@ def test_a_foreign_sqlite_database_is_not_turned_into_a_bank(tmp_path: Path) -> 
     db = tmp_path / "app.db"
     craft(db, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO accounts VALUES (1, 'x')")
     before = db.read_bytes()
-    one_line_error(memrl(db, "inspect", "--stats"), "not a memrl bank")
+    line = error_line(memrl(db, "inspect", "--stats"))
+    assert "not a memrl bank" in line and len(line) < 1000, line
     assert db.read_bytes() == before
 
 

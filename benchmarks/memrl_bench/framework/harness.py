@@ -33,20 +33,21 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures import wait as wait_for
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from memrl_bench.framework import baselines, metrics, registry, self_rag
 from memrl_bench.framework.protocol import LLM, Benchmark, Episode, Task
-from memrl_cli import __version__, runs
+from memrl_cli import __version__, runs, validators
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import distil
 from memrl_cli.learn import check_reward
 from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings
 from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.settings import check_all, setting
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
 METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
@@ -60,13 +61,25 @@ SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "condit
              "memrl-ctxz": "conditioned-z"}  # method → Phase-B selector
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _at_least_1(name: str, value: Any) -> None:
+    validators.whole(name, value, 1)
 
 
-def _check_finite(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise MemrlError(f"{name} must be a finite number, got {value!r}")
+def _eval_splits(name: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise MemrlError(f"{name} must be a list of split names")
+
+
+def _options(name: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise MemrlError(f"{name} must be a mapping of adapter option names to values")
+
+
+def _q_init(name: str, value: Any) -> None:
+    if isinstance(value, dict) and set(value) != {"success", "failure"}:
+        raise MemrlError(f"q_init must be a number or {{success: X, failure: Y}}, got {value!r}")
+    for number in value.values() if isinstance(value, dict) else [value]:
+        validators.finite(name, number)
 
 
 @dataclass
@@ -83,29 +96,29 @@ class BenchConfig:
 
     benchmark: str
     method: str = "memrl"
-    epochs: int = 10
-    batch_size: int = 32
-    limit: int | None = None
-    eval_splits: list[str] = field(default_factory=list)
-    eval_limit: int | None = None
-    eval_every: int = 1
-    k1: int = 5
-    k2: int = 3
+    epochs: int = setting(10, check=_at_least_1)
+    batch_size: int = setting(32, check=_at_least_1)
+    limit: int | None = setting(None, check=_at_least_1)
+    eval_splits: list[str] = setting(factory=list, check=_eval_splits)
+    eval_limit: int | None = setting(None, check=_at_least_1)
+    eval_every: int = setting(1, check=_at_least_1)
+    k1: int = setting(5, check=_at_least_1)
+    k2: int = setting(3, check=_at_least_1)
     lam: float | None = None
-    threshold: float = 0.5
-    epsilon: float = 0.0
-    alpha: float = 0.3
-    success_reward: float = 1.0
-    failure_reward: float = -1.0
-    q_init: float | dict[str, float] = 0.0
-    q_floor: float | None = None
-    q_min: float | None = None
-    sim_mean: float | None = None
-    sim_std: float | None = None
+    threshold: float = setting(0.5, check=validators.finite)
+    epsilon: float = setting(0.0, check=validators.finite)
+    alpha: float = setting(0.3, check=validators.finite)
+    success_reward: float = setting(1.0, check=validators.finite)
+    failure_reward: float = setting(-1.0, check=validators.finite)
+    q_init: float | dict[str, float] = setting(0.0, check=_q_init)
+    q_floor: float | None = setting(None, check=validators.finite)
+    q_min: float | None = setting(None, check=validators.finite)
+    sim_mean: float | None = setting(None, check=validators.finite)
+    sim_std: float | None = setting(None, check=validators.finite)
     embedder: str | None = None
-    seed: int = 0
+    seed: int = setting(0, check=validators.whole)
     data: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = setting(factory=dict, check=_options)
     config_file: str | None = None
 
     def __post_init__(self) -> None:
@@ -118,30 +131,7 @@ class BenchConfig:
                              "for another λ")
         if isinstance(self.eval_splits, str):
             self.eval_splits = [s.strip() for s in self.eval_splits.split(",") if s.strip()]
-        if not isinstance(self.eval_splits, list) or not all(isinstance(s, str) for s in self.eval_splits):
-            raise MemrlError("eval_splits must be a list of split names")
-        if not isinstance(self.options, dict):
-            raise MemrlError("options must be a mapping of adapter option names to values")
-        for name in ("epochs", "batch_size", "eval_every", "k1", "k2", "limit", "eval_limit"):
-            value = getattr(self, name)
-            if value is None and name in ("limit", "eval_limit"):
-                continue
-            if not _whole(value) or value < 1:
-                raise MemrlError(f"{name} must be a whole number of at least 1, got {value!r}")
-        if not _whole(self.seed):
-            raise MemrlError(f"seed must be a whole number, got {self.seed!r}")
-        if isinstance(self.q_init, dict):
-            if set(self.q_init) != {"success", "failure"}:
-                raise MemrlError(f"q_init must be a number or {{success: X, failure: Y}}, got {self.q_init!r}")
-            for value in self.q_init.values():
-                _check_finite("q_init", value)
-        else:
-            _check_finite("q_init", self.q_init)
-        for name in ("threshold", "epsilon", "alpha", "success_reward", "failure_reward", "q_floor", "q_min",
-                     "sim_mean", "sim_std"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_finite(name, value)
+        check_all(self)
         check_reward(1.0, self.alpha)  # α in (0, 1]
         if self.uses_memory:
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε

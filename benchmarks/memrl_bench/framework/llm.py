@@ -11,14 +11,14 @@ import os
 import random
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import openai
-import yaml
 
+from memrl_cli import settings
 from memrl_cli.errors import MemrlError
+from memrl_cli.settings import setting
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -52,9 +52,9 @@ class LLMSettings:
     `memrl bench` (its episodes in flight).
     """
 
-    model: str = DEFAULT_MODEL
-    base_url: str = DEFAULT_BASE_URL
-    api_key: str | None = None
+    model: str = setting(DEFAULT_MODEL, env=ENV_MODEL)
+    base_url: str = setting(DEFAULT_BASE_URL, env=ENV_BASE_URL)
+    api_key: str | None = setting(None, env=ENV_API_KEY)
     temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 60.0
@@ -68,6 +68,9 @@ class LLMSettings:
             raise MemrlError(f"LLM model name is empty: set {ENV_MODEL}, --model or `model:` in the config")
         if not self.base_url:
             raise MemrlError(f"LLM base URL is empty: set {ENV_BASE_URL} or --base-url")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise MemrlError(f"LLM base URL must start with http:// or https:// ({ENV_BASE_URL}, --base-url or "
+                             f"`base_url:` in the config), got {self.base_url!r}")
         if self.timeout <= 0:
             raise MemrlError(f"LLM timeout must be > 0 seconds, got {self.timeout}")
         if self.max_retries < 0:
@@ -91,50 +94,17 @@ class LLMSettings:
         return f"LLMSettings({inner})"
 
 
-_FIELD_TYPES: dict[str, type] = {
-    "model": str,
-    "base_url": str,
-    "temperature": float,
-    "max_tokens": int,
-    "timeout": float,
-    "max_retries": int,
-    "concurrency": int,
-    "seed": int,
-    "retry_base_delay": float,
-}
-
-
-def _coerce(name: str, value: Any, source: str) -> Any:
-    """Convert `value` to the type of setting `name`; None stays None."""
-    # Not pydantic: it is only openai's dependency, not ours, and one-line errors naming the source need this anyway.
-    if value is None:
-        return None
-    wanted = _FIELD_TYPES[name]
-    if wanted is int and isinstance(value, float) and not value.is_integer():
-        raise MemrlError(f"LLM setting {name!r} from {source} must be an integer, got {value!r}")
-    try:
-        return wanted(value)
-    except (TypeError, ValueError):
-        raise MemrlError(f"LLM setting {name!r} from {source} must be {wanted.__name__}, got {value!r}") from None
-
-
 def _read_config(config_path: str | os.PathLike[str], section: str) -> dict[str, Any]:
-    path = Path(config_path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise MemrlError(f"cannot read LLM config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise MemrlError(f"LLM config {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get(section), dict):
-        raise MemrlError(f"LLM config {path} has no `{section}:` mapping; see configs/llm.yaml for the format")
-    values = dict(data[section])
+    values = settings.read_section(config_path, section, "LLM config")
+    if values is None:
+        raise MemrlError(f"LLM config {config_path} has no `{section}:` mapping; see configs/llm.yaml for the format")
     if "api_key" in values:
-        raise MemrlError(f"LLM config {path} contains api_key: remove it and set {ENV_API_KEY} in the environment")
-    unknown = sorted(set(values) - set(_FIELD_TYPES))
+        raise MemrlError(f"LLM config {config_path} contains api_key: remove it and set {ENV_API_KEY} in the environment")
+    allowed = settings.names(LLMSettings) - {"api_key"}
+    unknown = sorted(set(values) - allowed)
     if unknown:
-        raise MemrlError(f"LLM config {path} has unknown keys {unknown}; allowed: {sorted(_FIELD_TYPES)}")
-    return {name: _coerce(name, value, str(path)) for name, value in values.items()}
+        raise MemrlError(f"LLM config {config_path} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+    return settings.coerce(LLMSettings, values, str(config_path), "LLM")
 
 
 def resolve_llm_settings(
@@ -150,16 +120,12 @@ def resolve_llm_settings(
     3. the `section` mapping of the YAML file at `config_path` (it may not hold api_key);
     4. the `LLMSettings` defaults.
     """
-    unknown = sorted(set(flags) - set(_FIELD_TYPES) - {"api_key"})
+    unknown = sorted(set(flags) - settings.names(LLMSettings))
     if unknown:
-        raise MemrlError(f"unknown LLM settings {unknown}; allowed: {sorted(f.name for f in fields(LLMSettings))}")
+        raise MemrlError(f"unknown LLM settings {unknown}; allowed: {sorted(settings.names(LLMSettings))}")
     values: dict[str, Any] = _read_config(config_path, section) if config_path is not None else {}
-    for name, variable in (("api_key", ENV_API_KEY), ("base_url", ENV_BASE_URL), ("model", ENV_MODEL)):
-        if os.environ.get(variable):
-            values[name] = os.environ[variable]
-    for name, value in flags.items():
-        if value is not None:
-            values[name] = value if name == "api_key" else _coerce(name, value, "flags")
+    values.update(settings.environment(LLMSettings))
+    values.update(settings.coerce(LLMSettings, {k: v for k, v in flags.items() if v is not None}, "flags", "LLM"))
     return LLMSettings(**{name: value for name, value in values.items() if value is not None})
 
 

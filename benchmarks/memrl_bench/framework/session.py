@@ -1,8 +1,9 @@
-"""`memrl bench`: settings from flags, config and environment; the LLM endpoint; progress; reports.
+"""`memrl bench`: `run_from_cli`, the command's one entry point; settings from flags, config and
+environment; the LLM endpoint; progress; reports.
 
 Precedence for benchmark settings, highest first: command-line flags, the `bench:` section of
 `--config` (by default configs/NAME.yaml, which carries the MemRL authors' protocol for NAME),
-the `BenchConfig` defaults. LLM settings follow `memrl_cli.llm.resolve_llm_settings`
+the `BenchConfig` defaults. LLM settings follow `memrl_bench.framework.llm.resolve_llm_settings`
 (flags, then OPENAI_API_KEY / OPENAI_BASE_URL / MEMRL_MODEL, then the `llm:` section, then
 defaults). With no API key, base URL, `llm:` section or named model anywhere, the offline local
 model is used if it is installed (a plumbing check, not a capable agent), said in one line;
@@ -16,7 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,10 +27,11 @@ from memrl_bench.framework import registry
 from memrl_bench.framework.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
                                 write_comparison)
 from memrl_bench.framework.signals import interrupt_on_termination
+from memrl_cli import settings
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
-BENCH_FIELDS = {f.name for f in fields(BenchConfig)} - {"benchmark", "method", "config_file"}
+BENCH_FIELDS = settings.names(BenchConfig) - {"benchmark", "method", "config_file"}
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
@@ -62,17 +64,9 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
 
 def read_config(path: str | None) -> dict[str, Any]:
     """The `bench:` section of a YAML config (empty without a file)."""
-    if path is None:
+    section = settings.read_section(path, "bench") if path is not None else None
+    if section is None:
         return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise MemrlError(f"cannot read config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise MemrlError(f"config {path} is not valid YAML: {exc}") from None
-    section = data.get("bench", {}) if isinstance(data, dict) else None
-    if not isinstance(section, dict):
-        raise MemrlError(f"config {path}: `bench:` must be a mapping")
     unknown = set(section) - BENCH_FIELDS - {"method"}
     if unknown:
         raise MemrlError(f"config {path}: unknown bench settings {', '.join(sorted(unknown))}")
@@ -84,11 +78,7 @@ def read_config(path: str | None) -> dict[str, Any]:
 
 
 def _llm_section(path: str | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    section = data.get("llm") if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else None
+    return settings.read_section(path, "llm") if path is not None else None
 
 
 def _names_endpoint(section: dict[str, Any] | None) -> bool:
@@ -96,34 +86,41 @@ def _names_endpoint(section: dict[str, Any] | None) -> bool:
     return section is not None and bool({"base_url", "model"} & set(section))
 
 
-def check_llm_choice(config: str | None, flags: dict[str, Any], local_llm: bool) -> None:
-    """Refuse a named model (--model, MEMRL_MODEL) with no key and no endpoint: never fall back silently."""
-    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
-                  or _names_endpoint(_llm_section(config)))
-    model = flags.get("model") or os.environ.get(ENV_MODEL)
-    if model and not configured and not local_llm:
-        raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
-                         f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
-                         "(--local-llm runs the offline model instead)")
+def _given(flags: dict[str, Any]) -> dict[str, Any]:
+    """The LLM flags that were given (`temperature="default"` sends none: not a flag for the settings)."""
+    return {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and v == "default")}
 
 
-@contextmanager
-def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
-    """The agent's LLM settings; starts (and stops) the offline model when it is to be used.
+def configured_llm(config: str | None, flags: dict[str, Any], local_llm: bool) -> LLMSettings | None:
+    """The settings of the configured endpoint (flags > environment > the config's `llm:` > defaults),
+    or None when the offline model is to be used. A bad value from any source, or a named model
+    (--model, MEMRL_MODEL) with no key and no endpoint, is one line: never fall back silently.
 
     A config's `llm:` section names an endpoint only if it sets `base_url` or `model`; one that
     only sets sampling (the authors' temperature) applies to whichever endpoint is used.
     `temperature="default"` in `flags` sends no temperature, whatever the config says.
     """
     section = _llm_section(config)
-    llm_config = config if section is not None else None
-    unset = flags.get("temperature") == "default"
-    flags = {k: v for k, v in flags.items() if v is not None and not (k == "temperature" and unset)}
-    configured = (flags.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
+    given = _given(flags)
+    configured = (given.get("base_url") or os.environ.get(ENV_BASE_URL) or os.environ.get(ENV_API_KEY)
                   or _names_endpoint(section))
-    if not local_llm and configured:
-        settings = resolve_llm_settings(llm_config, **flags)
-        yield replace(settings, temperature=None) if unset else settings
+    if local_llm or not configured:
+        model = given.get("model") or os.environ.get(ENV_MODEL)
+        if model and not local_llm:
+            raise MemrlError(f"model {model!r} is named (--model or {ENV_MODEL}) but there is no endpoint for it: "
+                             f"set {ENV_API_KEY}, or --base-url / {ENV_BASE_URL} for an OpenAI-compatible server "
+                             "(--local-llm runs the offline model instead)")
+        return None
+    resolved = resolve_llm_settings(config if section is not None else None, **given)
+    return replace(resolved, temperature=None) if flags.get("temperature") == "default" else resolved
+
+
+@contextmanager
+def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
+    """The agent's LLM settings (`configured_llm`); starts (and stops) the offline model when it is to be used."""
+    configured = configured_llm(config, flags, local_llm)
+    if configured is not None:
+        yield configured
         return
     from memrl_bench.environments.local_llm import LocalModelServer, gguf_path, require_llama_server
 
@@ -137,7 +134,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
     with LocalModelServer() as server:
-        yield server.llm_settings(**{k: v for k, v in flags.items() if k in ("temperature", "concurrency")})
+        yield server.llm_settings(**{k: v for k, v in _given(flags).items() if k in ("temperature", "concurrency")})
 
 
 @contextmanager
@@ -176,6 +173,31 @@ def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str
         yield report
 
 
+def run_from_cli(flags: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+    """`memrl bench`: its options by name (the parameters of `memrl_cli.cli.bench`), to the runs' summary
+    (one run's, or `{"runs": [...]}` for several methods) and the function that prints it for people.
+
+    An option named as a `BenchConfig` field is that setting, one named as an `LLMSettings` field
+    is that LLM setting (`--temperature default`: send none); `--option KEY=VALUE`, `--task-types`
+    and `--max-steps` are adapter options; `--eval none` is no evaluation.
+    """
+    given = dict(flags)
+    options = parse_options(given.pop("option") or [])
+    for key in ("task_types", "max_steps"):
+        value = given.pop(key)
+        if value is not None:
+            options[key] = value
+    if given["eval_splits"] is not None:
+        given["eval_splits"] = [] if given["eval_splits"] == "none" else given["eval_splits"].split(",")
+    given["temperature"] = parse_temperature(given["temperature"])
+    bench_flags = {key: given.pop(key) for key in BENCH_FIELDS & set(given)}
+    llm_flags = {key: given.pop(key) for key in settings.names(LLMSettings) & set(given)}
+    show_progress = not given.pop("as_json")
+    summaries = bench(given.pop("name"), given.pop("method"), bench_flags, options, llm_flags=llm_flags,
+                      show_progress=show_progress, **given)
+    return (summaries[0] if len(summaries) == 1 else {"runs": summaries}), render_summaries
+
+
 def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[str, Any], *, config: str | None,
           llm_flags: dict[str, Any], local_llm: bool, workers: int, runs_dir: str, resume: str | None,
           db: str | None, show_progress: bool) -> list[dict[str, Any]]:
@@ -208,7 +230,7 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
             values.pop("lam", None)
         configs.append(BenchConfig(benchmark=name, **values))
         check_method(method, name, adapter)
-    check_llm_choice(config, llm_flags, local_llm)
+    configured_llm(config, llm_flags, local_llm)  # a bad LLM setting: one line, before anything is written
     sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
     summaries = []
     with ExitStack() as stack:
