@@ -22,7 +22,7 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings, resolve_llm_settings
 from memrl_cli.validators import finite, is_finite, is_whole, whole
 
-TOY = "toy_benchmark:Passcodes"
+TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 DEAD = "http://127.0.0.1:9/v1"  # nothing listens there
 KEY = "sk-test-planted-key-000000000000"
 
