@@ -4,7 +4,7 @@ A group of settings is a dataclass (`llm.LLMSettings`, the harness's `BenchConfi
 one definition of its setting, giving its name (also its YAML key and its keyword argument), its
 type (the annotation), its default, and through `setting(...)` its environment variable and its
 check. The command line declares the flags with their help (`memrl bench --help` must not load
-the harness) under the same names; tests/test_cli.py checks that each flag's help shows the
+the harness) under the same names; tests/test_settings.py checks that each flag's help shows the
 field's default and variable. `read_section` is the one reader of a YAML config file.
 
 Not pydantic-settings: `memrl --help` and `memrl retrieve` must not import it (cold start), and a
@@ -75,6 +75,8 @@ def coerce(group: type, values: Mapping[str, Any], source: str, what: str) -> di
     for name, value in values.items():
         wanted = _scalar_type(group, by_name[name])
         if value is not None and wanted is not None:
+            if isinstance(value, bool) and wanted is not str:  # YAML's `yes` is not the number 1
+                raise MemrlError(f"{what} setting {name!r} from {source} must be {wanted.__name__}, got {value!r}")
             if wanted is int and isinstance(value, float) and not value.is_integer():
                 raise MemrlError(f"{what} setting {name!r} from {source} must be an integer, got {value!r}")
             try:

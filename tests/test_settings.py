@@ -102,6 +102,7 @@ BAD = [  # (where, the YAML file's text or None, flags, environment, the error's
     ("YAML bench:", "bench:\n  epoch: 2\n", [], {}, "unknown bench settings epoch"),
     ("YAML llm:", "llm:\n  timeout: soon\n", [], {}, "LLM setting 'timeout' from"),
     ("YAML llm:", "llm:\n  concurrency: 0\n", [], {}, "LLM concurrency must be >= 1"),
+    ("YAML llm:", "llm:\n  timeout: yes\n", [], {}, "LLM setting 'timeout' from"),
     ("YAML", "bench: [\n", [], {}, "is not valid YAML"),
 ]
 
