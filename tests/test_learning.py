@@ -26,7 +26,8 @@ def tie_bank(location: str) -> tuple[MemoryBank, list[int], list[int]]:
 
 
 @pytest.mark.parametrize("k2", [1, 3])
-@pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z"])
+@pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n",
+                                      "conditioned-nz"])
 def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2):
     bank, failures, successes = tie_bank(bank_at("b"))
     params = RetrieveParams(k1=5, k2=k2, selector=selector)
@@ -40,6 +41,30 @@ def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2)
             showed_success.append(bool(shown & set(successes)))
             bank.reward(1.0 if showed_success[-1] else -1.0, retrieval_id=got.id)
     assert all(showed_success[-3:]), showed_success
+
+
+@pytest.mark.parametrize("selector, chosen", [("conditioned-z", "foreign"), ("conditioned-nz", "own untried")])
+def test_neutral_prior_ignores_q_earned_at_other_queries(bank_at, selector, chosen):
+    """A memory whose Q was earned at a dissimilar query (cos 0.7) beats this task's untried memory under
+    `conditioned-z` (its utility falls back on that Q) but not under `conditioned-nz` (it falls back on 0)."""
+    bank = MemoryBank(bank_at("b"), "external:test:8")
+    here, there = np.eye(8)[0], 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[1]
+    params = RetrieveParams(k2=1, selector=selector, sim_mean=0.5, sim_std=0.5)
+    with bank:
+        [foreign] = [r.id for r in bank.ingest_many([{"intent": "other task", "experience": "x", "vector": there.tolist(),
+                                                       "source": "other"}])]
+        for _ in range(2):  # helped the other task twice: Q 0.51
+            bank.reward(1.0, retrieval_id=bank.retrieve("other task", params, vector=there.tolist()).id)
+        [failed] = [r.id for r in bank.ingest_many([{"intent": "this task", "experience": "y", "vector": here.tolist(),
+                                                      "source": "own"}])]
+        shown = bank.retrieve("this task", RetrieveParams(k2=1, sources=("own",)), vector=here.tolist())
+        assert [m["id"] for m in shown.memories] == [failed]
+        bank.reward(-1.0, retrieval_id=shown.id)  # failed this task once
+        [untried] = [r.id for r in bank.ingest_many([{"intent": "this task", "experience": "z",
+                                                       "vector": here.tolist(), "source": "own"}])]
+        got = bank.retrieve("this task", params, vector=here.tolist())
+    assert {c.memory_id for c in got.candidates} == {foreign, failed, untried}
+    assert [m["id"] for m in got.memories] == [{"foreign": foreign, "own untried": untried}[chosen]]
 
 
 def test_recall_by_memories_freezes_on_the_oldest(bank_at):
