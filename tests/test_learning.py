@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.harness import METHODS, SELECTORS, BenchConfig, run_benchmark
+from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from benchmarks.learning.table import ADAPTER, NO_LLM, run
 from memrl_cli.bank import MemoryBank
@@ -96,6 +97,29 @@ def test_known_utilities():
     assert utility("c", task, f"episode of {kin} (kind heat-0): PASS") == 1
     assert utility("c", task, f"episode of {kin} (kind heat-0): FAIL") == 0
     assert {t.meta["kind"] for t in Synthetic(scenario="e").tasks("train")} == {f"t{i}" for i in range(6)}
+
+
+def test_oracle_shows_useful_memories_never_a_trap_and_always_something_new():
+    task = Synthetic(scenario="c").tasks("train")[0]  # c0-0, kind heat-0; c6-0 is its kin, c0-1 its twin
+    memories = [(1, "episode of c6-0 (kind heat-0): PASS"), (2, "episode of c0-1 (kind heat-1): PASS"),
+                (3, "episode of c6-0 (kind heat-0): PASS"), (4, "episode of c0-0 (kind heat-0): FAIL"),
+                (5, "episode of c6-0 (kind heat-0): PASS"), (6, "episode of c3-0 (kind slice-0): PASS")]
+    assert oracle_pick("c", task, memories, 3) == [5, 3, 6]  # newest useful, then the newest other; never 2
+    assert oracle_pick("c", task, memories[:2], 3) == [1]
+    assert oracle_pick("c", task, [], 3) == []
+
+
+def test_expected_ceiling_of_query_specific_utility_is_the_closed_form():
+    p0, p_good = SCENARIOS["a"]
+    closed = p0 + (p_good - p0) * (1 - (1 - p0) ** 5)  # 0.428: one fresh draw of luck per earlier epoch
+    assert expected_ceiling("a", trials=4000)[6] == pytest.approx(closed, abs=0.01)
+
+
+def test_oracle_selects_a_useful_memory_whenever_one_exists(tmp_path):
+    ceiling = run("a", "oracle", 0, 3, str(tmp_path))
+    assert ceiling["rates"]["existed"] > 0
+    assert ceiling["rates"]["selected"] == ceiling["rates"]["recalled"] == ceiling["rates"]["existed"]
+    assert not list(tmp_path.iterdir())  # its bank was temporary
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

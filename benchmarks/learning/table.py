@@ -6,7 +6,9 @@
 Prints, per scenario and method, last-epoch accuracy (mean over seeds ± its standard error), its
 paired difference with `memrl` and with `rag` on the same seeds (mean ± standard error), CSR and,
 from the receipts of the last epoch, how often a useful memory existed in the bank, was recalled
-(Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck.
+(Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck. The methods
+may include `oracle` and `oracle-recall`, the ceilings of benchmarks/learning/oracle.py (they read
+the true utility: measurement devices, not methods).
 """
 
 from __future__ import annotations
