@@ -5,19 +5,23 @@ method can, so it is not a `--method` and never reaches `memrl bench` or `memrl 
 replays the harness's stream (same tasks, order, mini-batches, memory ids and the agent's luck
 function) and, for each episode, shows up to k2 memories:
 
-* never a trap; the newest useful memories (up to k2 − 1), then the newest other memory, so the
-  prompt changes whenever the bank does (the agent is deterministic: the same prompt repeats its
-  outcome) and every attempt is a fresh draw of the agent's luck;
+* the exact prompt (memories and order) that last won this task, if there is one: the agent is
+  deterministic (the same prompt repeats its outcome), so a replayed win is certain;
+* otherwise never a trap; the newest useful memories (up to k2 − 1), then the newest other memory,
+  so the prompt changes whenever the bank does and every attempt is a fresh draw of the agent's luck;
 * `oracle` chooses among every memory in the bank (the ceiling of any method: recall and
   selection together); `oracle-recall` only among grouped Phase A's candidates (the ceiling of
   Phase B given the recall every method here uses).
 
-Without peeking at the luck, no selector can do better per episode: success has probability
-`p_good` when a useful memory is shown and no trap, `p0` otherwise, and showing a useful memory
-now is also what makes one exist later. The expected ceiling of a task asked once per epoch is
-p0 + (p_good − p0)·(1 − (1 − p0)^(epoch − 1)) at that epoch (scenario a: 0.428 at epoch 6);
-`expected_ceiling` computes it for every scenario by Monte Carlo over the agent's luck (a memory is
-useful exactly when it is a passed episode of the task's kind, `synthetic.utility`).
+Without peeking at the luck, no selector can do better per episode: a task won before is won again
+for certain; otherwise success has probability `p_good` when a useful memory is shown and no trap,
+`p0` otherwise, and showing a useful memory now is also what makes one exist later. (Replaying a
+first-batch win means showing nothing, which a selector cannot do once memories exist: the ceiling
+is an upper bound.) In scenario a a useful memory exists only once the task was won, so the
+expected ceiling of its epoch e is 1 − (1 − p0)^e (0.469 at epoch 6); `expected_ceiling` computes
+every scenario's by Monte Carlo over the agent's luck (a memory is useful exactly when it is a
+passed episode of the task's kind, `synthetic.utility`); `replay=False` gives the ceiling of an
+agent that draws fresh luck every episode (a stochastic model).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def run_oracle(scenario: str, method: str, seed: int, epochs: int, runs_dir: str
     accuracy: dict[int, float] = {}
     csr: dict[int, float] = {}
     solved: set[str] = set()
+    won: dict[str, list[int]] = {}  # task id → the prompt (memory ids, in order) that last won it
     counts = {"existed": 0, "recalled": 0, "selected": 0}
     with tempfile.TemporaryDirectory(dir=runs_dir) as tmp, \
             MemoryBank(str(Path(tmp) / "bank.db"), config.embedder, index="numpy") as bank:
@@ -72,9 +77,13 @@ def run_oracle(scenario: str, method: str, seed: int, epochs: int, runs_dir: str
                         ids = sorted(texts)
                     else:
                         ids = bank.recall(vectors[task.id], params)[0] if texts else []
-                    shown = oracle_pick(scenario, task, [(i, texts[i]) for i in ids], k2)
+                    replay = won.get(task.id)
+                    shown = replay if replay is not None and (method == "oracle" or set(replay) <= set(ids)) \
+                        else oracle_pick(scenario, task, [(i, texts[i]) for i in ids], k2)
                     episode = adapter.run_episode(task, [{"id": i, "experience": texts[i]} for i in shown], None)
                     played.append((task, episode))
+                    if episode.success:
+                        won[task.id] = shown
                     if epoch == epochs and any(utility(scenario, task, t) == 1 for t in texts.values()):
                         counts["existed"] += 1
                         counts["recalled"] += any(utility(scenario, task, texts[i]) == 1 for i in ids)
@@ -90,28 +99,34 @@ def run_oracle(scenario: str, method: str, seed: int, epochs: int, runs_dir: str
 
 
 def expected_ceiling(scenario: str, epochs: int = 6, batch_size: int = 8, trials: int = 20_000,
-                     seed: int = 0) -> dict[int, float]:
-    """The `oracle`'s expected accuracy per epoch, over fresh luck: a task succeeds with `p_good` when a
-    passed episode of its kind was stored in an earlier mini-batch, else with `p0`."""
+                     seed: int = 0, replay: bool = True) -> dict[int, float]:
+    """The `oracle`'s expected accuracy per epoch, over fresh luck: a task won before is won again (with
+    `replay`); otherwise it succeeds with `p_good` when a passed episode of its kind was stored in an
+    earlier mini-batch, else with `p0`."""
     adapter = Synthetic(scenario=scenario)
     tasks = adapter.tasks("train")
     rng = random.Random(seed)
     wins = dict.fromkeys(range(1, epochs + 1), 0)
     for _ in range(trials):
         passed: set[str] = set()  # kinds with a passed episode in the bank
+        won: set[str] = set()  # tasks won before
         for epoch in range(1, epochs + 1):
             for start in range(0, len(tasks), batch_size):
                 batch = tasks[start:start + batch_size]
-                ok = [rng.random() < (adapter.p_good if t.meta["kind"] in passed else adapter.p0) for t in batch]
+                ok = [(replay and t.id in won)
+                      or rng.random() < (adapter.p_good if t.meta["kind"] in passed else adapter.p0) for t in batch]
                 wins[epoch] += sum(ok)
-                passed |= {t.meta["kind"] for t, won in zip(batch, ok) if won}
+                passed |= {t.meta["kind"] for t, success in zip(batch, ok) if success}
+                won |= {t.id for t, success in zip(batch, ok) if success}
     return {epoch: n / (trials * len(tasks)) for epoch, n in wins.items()}
 
 
 def main() -> None:
-    """Print the expected ceiling of every scenario's last epoch (6 epochs, batches of 8)."""
+    """Print every scenario's expected last-epoch ceiling (6 epochs, batches of 8), deterministic and
+    stochastic agent."""
     for scenario in SCENARIOS:
-        print(f"{scenario}: {expected_ceiling(scenario)[6]:.3f}")
+        print(f"{scenario}: {expected_ceiling(scenario)[6]:.3f} (fresh luck every episode: "
+              f"{expected_ceiling(scenario, replay=False)[6]:.3f})")
 
 
 if __name__ == "__main__":
