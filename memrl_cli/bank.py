@@ -651,7 +651,7 @@ class MemoryBank:
                 candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
                               for i, s in zip(id_list, sim_list)]
                 if params.selector in CONDITIONED:
-                    self._condition(candidates, query_vec)
+                    self._condition(candidates, query_vec, params.selector)
                 q_stats = self.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
                 explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)
         selected = sorted((c for c in candidates if c.selected_rank is not None), key=lambda c: c.selected_rank or 0)
@@ -703,7 +703,7 @@ class MemoryBank:
             return shrunk_q_stats(int(n or 0), float(mean or 0.0), float(square or 0.0))
         return self._cached("q_stats", read)
 
-    def _condition(self, candidates: list[Candidate], query_vec: np.ndarray) -> None:
+    def _condition(self, candidates: list[Candidate], query_vec: np.ndarray, selector: str = "conditioned") -> None:
         """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger)."""
         past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         ids = sorted(past)
@@ -715,7 +715,7 @@ class MemoryBank:
                     chunk):
                 past[mid].append((float(np.frombuffer(bytes(blob), dtype=np.float32) @ query_vec), float(reward)))
         for c in candidates:
-            c.utility = conditioned_utility(c.q, past[c.memory_id]) if past[c.memory_id] else None
+            c.utility = conditioned_utility(c.q, past[c.memory_id], selector) if past[c.memory_id] else None
 
     def _write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
                        candidates: list[Candidate], selected: list[Candidate], explored: bool,

@@ -28,7 +28,10 @@ constants here, which is why users could not reproduce their numbers.
   by how similar their query was to this one (kernel exp(−(1 − cos)/CONDITION_TAU)), shrunk to the
   memory's Q with CONDITION_PRIOR pseudo-observations, divided by Q_PRIOR_STD;
 * `conditioned-z`: that query-conditioned utility standardised over the candidates, as the paper's
-  z(Q) is; ties go to the newest memory.
+  z(Q) is; ties go to the newest memory;
+* `conditioned-n`, `conditioned-nz`: `conditioned`, `conditioned-z` with a neutral prior: the
+  pseudo-observation (and the utility of a memory never rewarded) is 0, a never-rewarded memory's
+  Q, instead of the memory's own Q, so a Q earned at dissimilar queries does not count for this one.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -52,8 +55,10 @@ from memrl_cli.validators import is_finite, is_whole
 
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
-SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z")
-CONDITIONED = ("conditioned", "conditioned-z")  # selectors that need the query-conditioned utility
+SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n", "conditioned-nz")
+CONDITIONED = ("conditioned", "conditioned-z", "conditioned-n", "conditioned-nz")  # need the query-conditioned utility
+NEUTRAL = ("conditioned-n", "conditioned-nz")  # conditioned utilities with a neutral prior (0) instead of Q
+STANDARDISED = ("conditioned-z", "conditioned-nz")  # conditioned utilities standardised over the candidates
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
 Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
 Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
@@ -189,8 +194,10 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
     if params.selector == "memrl":
         return zscores(qs, clip=Z_CLIP)
     if params.selector in CONDITIONED:
-        utility = np.array([c.q if c.utility is None else c.utility for c in candidates], dtype=np.float64)
-        if params.selector == "conditioned-z":
+        fallback = [0.0 if params.selector in NEUTRAL else c.q for c in candidates]  # never rewarded
+        utility = np.array([f if c.utility is None else c.utility for c, f in zip(candidates, fallback)],
+                           dtype=np.float64)
+        if params.selector in STANDARDISED:
             return zscores(utility, clip=Z_CLIP)
         return zscores(utility, 0.0, Q_PRIOR_STD, clip=Z_CLIP)
     z = zscores(qs, q_stats[0], q_stats[1])
@@ -208,11 +215,13 @@ def shrunk_q_stats(count: int, mean: float, mean_square: float, q_init: float = 
     return shrunk_mean, math.sqrt(shrunk_var)
 
 
-def conditioned_utility(q: float, rewards: list[tuple[float, float]]) -> float:
-    """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals."""
+def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: str = "conditioned") -> float:
+    """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals,
+    shrunk to the memory's Q (to 0 for the `NEUTRAL` selectors) with CONDITION_PRIOR pseudo-observations."""
     weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
     total = sum(w * r for w, (_, r) in zip(weights, rewards))
-    return (total + CONDITION_PRIOR * q) / (sum(weights) + CONDITION_PRIOR)
+    prior = 0.0 if selector in NEUTRAL else q
+    return (total + CONDITION_PRIOR * prior) / (sum(weights) + CONDITION_PRIOR)
 
 
 def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tuple[float, float],
@@ -230,7 +239,7 @@ def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tupl
     eligible = candidates if params.q_min is None else [c for c in candidates if c.q >= params.q_min]
     if not eligible:
         return False
-    newest = -1 if params.selector == "conditioned-z" else 1  # ties: the newest memory, or the paper's lowest id
+    newest = -1 if params.selector in STANDARDISED else 1  # ties: the newest memory, or the paper's lowest id
 
     def rank_key(c: Candidate) -> tuple[float, float, int]:
         return -c.score, -c.similarity, newest * c.memory_id

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from memrl_bench.framework.harness import METHODS, SELECTORS, BenchConfig, run_benchmark
+from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from benchmarks.learning.table import ADAPTER, NO_LLM, run
 from memrl_cli.bank import MemoryBank
@@ -26,7 +27,8 @@ def tie_bank(location: str) -> tuple[MemoryBank, list[int], list[int]]:
 
 
 @pytest.mark.parametrize("k2", [1, 3])
-@pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z"])
+@pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n",
+                                      "conditioned-nz"])
 def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2):
     bank, failures, successes = tie_bank(bank_at("b"))
     params = RetrieveParams(k1=5, k2=k2, selector=selector)
@@ -40,6 +42,30 @@ def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2)
             showed_success.append(bool(shown & set(successes)))
             bank.reward(1.0 if showed_success[-1] else -1.0, retrieval_id=got.id)
     assert all(showed_success[-3:]), showed_success
+
+
+@pytest.mark.parametrize("selector, chosen", [("conditioned-z", "foreign"), ("conditioned-nz", "own untried")])
+def test_neutral_prior_ignores_q_earned_at_other_queries(bank_at, selector, chosen):
+    """A memory whose Q was earned at a dissimilar query (cos 0.7) beats this task's untried memory under
+    `conditioned-z` (its utility falls back on that Q) but not under `conditioned-nz` (it falls back on 0)."""
+    bank = MemoryBank(bank_at("b"), "external:test:8")
+    here, there = np.eye(8)[0], 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[1]
+    params = RetrieveParams(k2=1, selector=selector, sim_mean=0.5, sim_std=0.5)
+    with bank:
+        [foreign] = [r.id for r in bank.ingest_many([{"intent": "other task", "experience": "x", "vector": there.tolist(),
+                                                       "source": "other"}])]
+        for _ in range(2):  # helped the other task twice: Q 0.51
+            bank.reward(1.0, retrieval_id=bank.retrieve("other task", params, vector=there.tolist()).id)
+        [failed] = [r.id for r in bank.ingest_many([{"intent": "this task", "experience": "y", "vector": here.tolist(),
+                                                      "source": "own"}])]
+        shown = bank.retrieve("this task", RetrieveParams(k2=1, sources=("own",)), vector=here.tolist())
+        assert [m["id"] for m in shown.memories] == [failed]
+        bank.reward(-1.0, retrieval_id=shown.id)  # failed this task once
+        [untried] = [r.id for r in bank.ingest_many([{"intent": "this task", "experience": "z",
+                                                       "vector": here.tolist(), "source": "own"}])]
+        got = bank.retrieve("this task", params, vector=here.tolist())
+    assert {c.memory_id for c in got.candidates} == {foreign, failed, untried}
+    assert [m["id"] for m in got.memories] == [{"foreign": foreign, "own untried": untried}[chosen]]
 
 
 def test_recall_by_memories_freezes_on_the_oldest(bank_at):
@@ -71,6 +97,30 @@ def test_known_utilities():
     assert utility("c", task, f"episode of {kin} (kind heat-0): PASS") == 1
     assert utility("c", task, f"episode of {kin} (kind heat-0): FAIL") == 0
     assert {t.meta["kind"] for t in Synthetic(scenario="e").tasks("train")} == {f"t{i}" for i in range(6)}
+
+
+def test_oracle_shows_useful_memories_never_a_trap_and_always_something_new():
+    task = Synthetic(scenario="c").tasks("train")[0]  # c0-0, kind heat-0; c6-0 is its kin, c0-1 its twin
+    memories = [(1, "episode of c6-0 (kind heat-0): PASS"), (2, "episode of c0-1 (kind heat-1): PASS"),
+                (3, "episode of c6-0 (kind heat-0): PASS"), (4, "episode of c0-0 (kind heat-0): FAIL"),
+                (5, "episode of c6-0 (kind heat-0): PASS"), (6, "episode of c3-0 (kind slice-0): PASS")]
+    assert oracle_pick("c", task, memories, 3) == [5, 3, 6]  # newest useful, then the newest other; never 2
+    assert oracle_pick("c", task, memories[:2], 3) == [1]
+    assert oracle_pick("c", task, [], 3) == []
+
+
+def test_expected_ceiling_of_query_specific_utility_is_the_closed_form():
+    p0, p_good = SCENARIOS["a"]
+    assert expected_ceiling("a", trials=4000)[6] == pytest.approx(1 - (1 - p0) ** 6, abs=0.01)  # 0.469
+    fresh = p0 + (p_good - p0) * (1 - (1 - p0) ** 5)  # 0.428: no replay, one fresh draw per earlier epoch
+    assert expected_ceiling("a", trials=4000, replay=False)[6] == pytest.approx(fresh, abs=0.01)
+
+
+def test_oracle_wins_again_every_task_it_won(tmp_path):
+    ceiling = run("a", "oracle", 0, 3, str(tmp_path))
+    assert ceiling["rates"]["existed"] > 0  # in a, a useful memory exists exactly when the task was won before
+    assert ceiling["accuracy"][3] >= ceiling["rates"]["existed"] == ceiling["rates"]["recalled"]  # replayed wins
+    assert not list(tmp_path.iterdir())  # its bank was temporary
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

@@ -6,7 +6,9 @@
 Prints, per scenario and method, last-epoch accuracy (mean over seeds ± its standard error), its
 paired difference with `memrl` and with `rag` on the same seeds (mean ± standard error), CSR and,
 from the receipts of the last epoch, how often a useful memory existed in the bank, was recalled
-(Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck.
+(Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck. The methods
+may include `oracle` and `oracle-recall`, the ceilings of benchmarks/learning/oracle.py (they read
+the true utility: measurement devices, not methods).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from statistics import mean, stdev
 from typing import Any
 
 from memrl_bench.framework.harness import METHODS, BenchConfig, run_benchmark
+from benchmarks.learning.oracle import ORACLES, run_oracle
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings
@@ -29,7 +32,11 @@ NO_LLM = LLMSettings(model="none", base_url="http://127.0.0.1:9/v1", api_key="no
 
 
 def run(scenario: str, method: str, seed: int, epochs: int, runs_dir: str, k2: int = 3) -> dict[str, Any]:
-    """One run through `run_benchmark`; its summary plus the useful-memory rates of its last epoch."""
+    """One run through `run_benchmark`; its summary plus the useful-memory rates of its last epoch.
+
+    `oracle` and `oracle-recall` are measurement devices (benchmarks/learning/oracle.py), not methods."""
+    if method in ORACLES:
+        return run_oracle(scenario, method, seed, epochs, runs_dir, k2)
     config = BenchConfig(benchmark=ADAPTER, method=method, epochs=epochs, batch_size=8, k2=k2, threshold=0.3,
                          seed=seed, options={"scenario": scenario, "luck_seed": seed})
     summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0)
