@@ -6,11 +6,9 @@ append-only reward ledger of which Q is a replay, and meta (embedder fingerprint
 similarity statistics); optionally an engine index over the vectors (sqlite-vec, HNSW).
 
 Every write is one transaction, so parallel processes never lose an update, and a crash
-leaves the bank at the last commit. `MemoryBank` is the public facade over its parts, each
-usable alone: the engine (`memrl_cli.store`), transactions and caches (`connection`), the
-embedder (`vectors`), validated records (`records`), Phase-A search (`index`), the z-score
-statistics (`calibration`), ingest (`ingest`), retrieval with receipts (`receipts`) and the
-Q updates with their ledger (`ledger`).
+leaves the bank at the last commit. `MemoryBank` is the facade over parts usable alone (the
+map: docs/architecture.md): the engine (`store`), `connection`, `vectors`, `records`, `index`,
+`calibration`, `ingest`, `receipts`, `ledger`.
 """
 
 from __future__ import annotations
@@ -56,10 +54,7 @@ class MemoryBank:
     - PostgreSQL: `auto` (the bank's HNSW index if it has one, else exact), `exact`
       (pgvector scan), or `hnsw` (pgvector HNSW, approximate; built if missing).
 
-    Values read on every retrieve (meta, count, the in-process matrix) are cached and
-    re-read only after a write: this connection's, or another's (SQLite's `PRAGMA
-    data_version`; on PostgreSQL a change counter in meta that writers of meta and of new
-    memories bump), read once per call.
+    Values read on every retrieve are cached until the bank changes (`memrl_cli.connection`).
     """
 
     def __init__(self, path: str | os.PathLike[str], embedder: str | None = None, *, index: str = "auto",
@@ -125,14 +120,12 @@ class MemoryBank:
         self.close()
 
     def transaction(self) -> AbstractContextManager[Any]:
-        """One atomic write (SQLite: `BEGIN IMMEDIATE` … `COMMIT`), rolled back on any error; `as` gives
-        the connection. Nested calls are savepoints: an inner block that fails rolls back its own
-        writes only, and a caller that catches its error can go on and commit."""
+        """One atomic write, rolled back on any error (`as`: the connection); nested ones are savepoints
+        (see `BankConnection.transaction`)."""
         return self._db.transaction()
 
     def snapshot(self) -> AbstractContextManager[None]:
-        """Reads that all see the bank at one moment while other processes write (export, verify);
-        inside a write transaction, that transaction's own view."""
+        """Reads that all see the bank at one moment while others write; inside a write, its own view."""
         return self._db.snapshot()
 
     def meta(self, key: str) -> Any:
@@ -239,9 +232,8 @@ class MemoryBank:
         A second reward for the same receipt is refused unless `allow_repeat`.
         Returns [{"id", "q_before", "q_after"}] in the order applied.
         """
-        return self._ledger.reward_many([{"reward": reward, "retrieval_id": retrieval_id, "memory_ids": memory_ids,
-                                          "alpha": alpha, "floor": floor, "source": source,
-                                          "allow_repeat": allow_repeat}])
+        return self._ledger.reward_many([{"reward": reward, "retrieval_id": retrieval_id, "memory_ids": memory_ids, "alpha":
+                                          alpha, "floor": floor, "source": source, "allow_repeat": allow_repeat}])
 
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several rewards in one transaction (all or none); same fields as `reward`."""
