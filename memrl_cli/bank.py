@@ -88,7 +88,7 @@ class MemoryBank:
         except BaseException:
             self.close()
             raise
-        # Private steps that the import of `memrl_cli.transfer` and `memrl_cli.hygiene` still call.
+        # Private steps that `memrl_cli.transfer` (import) and `memrl_cli.hygiene` still call.
         self._vectors_for = self._vectors.vectors_for
         self._begin_insert = self._writer.begin
         self._insert_memory = self._writer.insert
