@@ -335,3 +335,8 @@ class PostgresStore(Store):
                                  (self.encode(vector), *args, k)).fetchall()
         return (np.array([r[0] for r in rows], dtype=np.int64),
                 1.0 - np.array([r[1] for r in rows], dtype=np.float64))
+
+    # -- the bank's `index=` choices (Store) ----------------------------------------------
+
+    def is_engine_index(self, mode: str) -> bool:
+        return mode == "hnsw"

@@ -340,3 +340,25 @@ class SqliteStore(Store):
     def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
         """GLOB, with `[` made literal (`[[]`)."""
         return "(" + " OR ".join(f"{column} GLOB ?" for _ in patterns) + ")", [p.replace("[", "[[]") for p in patterns]
+
+    # -- the bank's `index=` choices (Store) ----------------------------------------------
+
+    def index_problem(self, mode: str) -> str | None:
+        if mode == "vec" and not self.vec.loaded:
+            return f"index=vec needs sqlite-vec, which is unavailable: {self.vec.reason}"
+        return super().index_problem(mode)
+
+    def is_engine_index(self, mode: str) -> bool:
+        return mode == "vec"
+
+    def has_index(self, kind: str) -> bool:
+        return kind == "vec" and self._index_state() == "ok"
+
+    def unusable_index(self) -> str | None:
+        """A recorded sqlite-vec index without sqlite-vec: the bank scans its vectors in process instead."""
+        if self.vec.loaded or not self._index_state():
+            return None
+        return f"the bank's sqlite-vec index is unusable, retrieving by numpy scan: {self.vec.reason}"
+
+    def rebuildable_index(self) -> str | None:
+        return "vec" if self._index_state() else None

@@ -67,12 +67,6 @@ class Store(BankViews, BankRepairs, RunRecords):
     errors: tuple[type[BaseException], ...]  # driver exceptions that `error()` turns into MemrlError
     warnings: list[str]
 
-    @property
-    def lock(self) -> str:
-        """Deprecated (bank.py's callers move to `lock_rows` / `rows_by_id`): the SQL suffix that locks
-        the rows a SELECT reads."""
-        return self._for_update
-
     def lock_rows(self, table: str, ids: Iterable[int]) -> None:
         """Inside a write: lock rows this transaction reads and then changes, in id order (so writers
         never deadlock); a no-op on SQLite, whose writers are already serialised."""
@@ -308,6 +302,41 @@ class Store(BankViews, BankRepairs, RunRecords):
         the whole value; NULL never matches."""
         raise NotImplementedError
 
+    # -- the bank's `index=` choices, as the engine answers them -------------------
+
+    def index_problem(self, mode: str) -> str | None:
+        """Why a bank on this engine cannot search with `index=mode`, or None when it can."""
+        if mode not in self.indexes:
+            return f"index={mode} is not available for a {self.kind} bank; use one of {', '.join(self.indexes)}"
+        return None
+
+    def is_engine_index(self, mode: str) -> bool:
+        """Whether `index=mode` names the engine's optional index (which the bank builds when it lacks it)."""
+        return False
+
+    def has_index(self, kind: str) -> bool:
+        """Whether the bank has the engine's optional index `kind`, ready to use."""
+        return bool(self.index_info()["kind"] == kind)
+
+    def unusable_index(self) -> str | None:
+        """Why the engine index the bank records cannot serve searches here (a warning the bank shows
+        once), or None: usable, or none recorded."""
+        return None
+
+    def rebuildable_index(self) -> str | None:
+        """The kind of the bank's optional index that `MemoryBank.rebuild_index` refreshes, if it has one."""
+        return None
+
+    def change_index(self, kind: str, dim: int | None) -> None:
+        """Inside a write: build the optional index `kind` for vectors of dimension `dim`, or drop it
+        (`none`, `exact`); `kind` passed `check_index_change`."""
+        if kind in ("none", "exact"):
+            self.drop_index()
+        elif dim is None:
+            raise MemrlError("the bank is empty: ingest a memory first, then build the index")
+        else:
+            self.build_index(kind, dim)
+
 
 def index_modes() -> tuple[str, ...]:
     """Every `index=` choice some engine offers (a bank opened on one engine accepts its `Store.indexes`)."""
@@ -326,3 +355,17 @@ def open_store(location: str, *, readonly: bool = False, create: bool = True) ->
     from memrl_cli.sqlite import SqliteStore
 
     return SqliteStore(location, readonly=readonly, create=create)
+
+
+def index_names() -> tuple[str, ...]:
+    """Every engine's `index=` choices: a bank refuses any other before opening its location."""
+    from memrl_cli.postgres import PostgresStore
+    from memrl_cli.sqlite import SqliteStore
+
+    return tuple(dict.fromkeys(SqliteStore.indexes + PostgresStore.indexes))
+
+
+def check_index_change(kind: str) -> None:
+    """Refuse an index change no engine offers: build vec (SQLite) or hnsw (PostgreSQL), drop with none or exact."""
+    if kind not in ("vec", "hnsw", "none", "exact"):
+        raise MemrlError(f"index must be vec or none (SQLite), hnsw or exact (PostgreSQL), got {kind!r}")

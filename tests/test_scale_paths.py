@@ -130,7 +130,7 @@ def test_query_cache_skips_the_embedder_for_a_repeated_query(tmp_path: Path) -> 
             def embed(self, texts: list[str]) -> np.ndarray:
                 raise AssertionError("the embedder was called for a cached query")
 
-        bank._embedder = Refuse()  # type: ignore[assignment]
+        bank._vectors._embedder = Refuse()  # type: ignore[assignment]
         again = bank.retrieve("warm up an apple", params)
         assert [m["id"] for m in again.memories] == [m["id"] for m in first.memories]
         with pytest.raises(AssertionError, match="was called"):

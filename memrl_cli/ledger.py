@@ -1,0 +1,120 @@
+"""Q updates and their ledger: rewards (Q ← Q + α(R − Q), `memrl_cli.learn`) applied to the memories
+a receipt selected or to given ids, outright Q assignments, and in-place revisions of a memory's
+text. Every change of Q appends a ledger row, so Q is always the replay of its ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from memrl_cli.connection import BankConnection
+from memrl_cli.errors import MemrlError
+from memrl_cli.learn import DEFAULT_ALPHA, check_reward
+from memrl_cli.records import check_text, content_hash, now
+
+REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "alpha", "floor", "source", "allow_repeat"}
+# A checked reward request: (retrieval_id, memory_ids, reward, alpha, floor, source, allow_repeat).
+RewardRequest = tuple[Any, ...]
+
+
+def check_reward_request(request: dict[str, Any], i: int) -> RewardRequest:
+    """Validate the `i`-th request of `reward_many` (0-based; the message numbers it from 2 on)."""
+    where = f"reward {i + 1}: " if i else ""
+    unknown = set(request) - REWARD_FIELDS
+    if unknown:
+        raise MemrlError(f"{where}unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                         f"use {', '.join(sorted(REWARD_FIELDS))}")
+    rid, ids = request.get("retrieval_id"), request.get("memory_ids")
+    if (rid is None) == (ids is None):
+        raise MemrlError(f"{where}give either a retrieval id or memory ids, not both or neither")
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, int)):
+        raise MemrlError(f"{where}retrieval id must be an integer, got {rid!r}")
+    if ids is not None:
+        try:
+            ids = list(dict.fromkeys(ids))  # each memory once, in the order given
+        except TypeError:
+            ids = None
+        if not ids or not all(isinstance(m, int) and not isinstance(m, bool) for m in ids):
+            raise MemrlError(f"{where}memory ids must be a non-empty list of integers")
+    try:
+        r, a, f = check_reward(request.get("reward"), request.get("alpha", DEFAULT_ALPHA)
+                               if request.get("alpha") is not None else DEFAULT_ALPHA, request.get("floor"))
+    except MemrlError as exc:
+        raise MemrlError(f"{where}{exc}") from None
+    return rid, ids, r, a, f, request.get("source"), bool(request.get("allow_repeat"))
+
+
+class Ledger:
+    """The Q updates of one bank."""
+
+    def __init__(self, db: BankConnection) -> None:
+        self.db = db
+
+    def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several rewards in one transaction (all or none); [{"id", "q_before", "q_after"}] in the order applied."""
+        db, store = self.db, self.db.store
+        checked = [check_reward_request(r, i) for i, r in enumerate(requests)]
+        stamp = now()
+        memory_ids = [mid for c in checked for mid in (c[1] or ())]
+        if store.single_statement_writes and not db.depth and checked \
+                and all(c[0] is None for c in checked) and len(set(memory_ids)) == len(memory_ids):
+            # Given memories, each once: one statement that locks, updates and ledgers (one round trip)
+            entries = [(None, mid, r, a, f, source) for _, ids, r, a, f, source, _ in checked for mid in ids]
+            return [{"id": m, "q_before": b, "q_after": q} for m, b, q in db.single_statement(
+                lambda: store.apply_rewards(entries, stamp))]
+        updates: list[dict[str, Any]] = []
+        with db.transaction() as conn:
+            # Lock what this write reads and then changes, in id order (no deadlock between writers):
+            # the receipts first (one reward per receipt), then the memories whose Q moves.
+            db.lock("retrievals", {c[0] for c in checked if c[0] is not None})
+            rewarded: set[int] = set()
+            resolved = []
+            for rid, ids, r, a, f, source, repeat in checked:
+                if rid is not None:
+                    if conn.execute("SELECT 1 FROM retrievals WHERE id = ?", (rid,)).fetchone() is None:
+                        raise MemrlError(f"unknown retrieval id {rid}")
+                    if not repeat and (rid in rewarded or conn.execute(
+                            "SELECT 1 FROM rewards WHERE retrieval_id = ? LIMIT 1", (rid,)).fetchone()):
+                        raise MemrlError(f"retrieval {rid} was already rewarded; pass --allow-repeat to reward it again")
+                    rewarded.add(rid)
+                    ids = [row[0] for row in conn.execute(
+                        "SELECT memory_id FROM retrieval_candidates WHERE retrieval_id = ? AND selected_rank IS NOT "
+                        "NULL ORDER BY selected_rank", (rid,))]
+                resolved.append((rid, ids, r, a, f, source))
+            db.lock("memories", {mid for entry in resolved for mid in entry[1]})
+            for rid, ids, r, a, f, source in resolved:  # one request at a time: a memory may recur across them
+                applied = store.apply_rewards([(rid, mid, r, a, f, source) for mid in ids], stamp)
+                updates += [{"id": m, "q_before": b, "q_after": q} for m, b, q in applied]
+        return updates
+
+    def revise(self, memory_id: int, experience: str) -> bool:
+        """Replace a memory's experience text in place (MemP's adjustment rule); intent, vector and Q stay.
+
+        Returns False, changing nothing, when another memory already holds exactly that content.
+        """
+        experience = check_text(experience, "experience", "")
+        with self.db.transaction() as conn:
+            row = next(iter(self.db.store.rows_by_id("memories", "intent", [memory_id], lock=True)), None)
+            if row is None:
+                raise MemrlError(f"unknown memory id {memory_id}")
+            digest = content_hash(row[0], experience)
+            if conn.execute("SELECT 1 FROM memories WHERE content_hash = ? AND id <> ?", (digest, memory_id)).fetchone():
+                return False
+            conn.execute("UPDATE memories SET experience = ?, content_hash = ?, updated_at = ? WHERE id = ?",
+                         (experience, digest, now(), memory_id))
+        return True
+
+    def set_q(self, memory_id: int, q: float, source: str) -> None:
+        """Assign Q outright (a `set` ledger row), e.g. after merging duplicates or a reset."""
+        if not math.isfinite(q):
+            raise MemrlError("q must be a finite number")
+        with self.db.transaction() as conn:
+            row = next(iter(self.db.store.rows_by_id("memories", "q", [memory_id], lock=True)), None)
+            if row is None:
+                raise MemrlError(f"unknown memory id {memory_id}")
+            stamp = now()
+            conn.execute("UPDATE memories SET q = ?, updated_at = ? WHERE id = ?", (q, stamp, memory_id))
+            conn.execute("INSERT INTO rewards (memory_id, kind, q_before, q_after, created_at, source) "
+                         "VALUES (?, 'set', ?, ?, ?, ?)", (memory_id, row[0], q, stamp, source))

@@ -1,0 +1,145 @@
+"""Retrieval over a bank, and the receipt it leaves: both phases of `memrl_cli.retrieve` run on the
+bank's memories, and every candidate with its scores is stored, so that a reward later resolves
+to exactly the memories that were selected (and the query-conditioned selectors can learn from
+past rewarded retrievals).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memrl_cli.calibration import Calibration
+from memrl_cli.connection import CHUNK_IDS, BankConnection
+from memrl_cli.errors import MemrlError
+from memrl_cli.index import SearchIndex
+from memrl_cli.records import check_text, now
+from memrl_cli.retrieve import CONDITIONED, Candidate, RetrieveParams, conditioned_utility, phase_b
+from memrl_cli.vectors import BankVectors
+
+
+@dataclass
+class Retrieval:
+    """The answer to a retrieve: the selected memories (best first) and the receipt behind them."""
+
+    id: int | None
+    query: str
+    memories: list[dict[str, Any]]
+    candidates: list[Candidate]
+    explored: bool
+    params: RetrieveParams
+    sim_stats: tuple[float, float] = (0.0, 1.0)  # the (mean, std) z(sim) used, as a receipt records them
+    query_vector: np.ndarray | None = None  # stored with the receipt when there were candidates
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract of `memrl retrieve --json`."""
+        return {"retrieval_id": self.id, "query": self.query, "memories": self.memories}
+
+
+def _selected(candidates: list[Candidate]) -> list[Candidate]:
+    """The selected candidates, in selection order."""
+    return sorted((c for c in candidates if c.selected_rank is not None), key=lambda c: c.selected_rank or 0)
+
+
+class Retriever:
+    """Two-phase retrieval with receipts over one bank."""
+
+    def __init__(self, db: BankConnection, vectors: BankVectors, index: SearchIndex, calibration: Calibration) -> None:
+        self.db = db
+        self.vectors = vectors
+        self.index = index
+        self.calibration = calibration
+
+    def retrieve(self, query: str, params: RetrieveParams | None, vector: list[float] | None,
+                 record: bool) -> Retrieval:
+        """Both phases; with `record`, the receipt is stored and its id returned for `reward`."""
+        with self.db.one_version():
+            return self._retrieve(query, params, vector, record)
+
+    def _retrieve(self, query: str, params: RetrieveParams | None, vector: list[float] | None,
+                  record: bool) -> Retrieval:
+        params = params or RetrieveParams()
+        query = check_text(query, "query", "")
+        candidates: list[Candidate] = []
+        explored = False
+        sim_stats = self.calibration.similarity_stats() if params.sim_mean is None or params.sim_std is None \
+            else (params.sim_mean, params.sim_std)  # the receipt records the statistics actually used
+        rows: dict[int, tuple] = {}
+        cache: tuple[str, np.ndarray] | None = None
+        if self.db.has_memories():
+            if vector is None:  # a repeated query text skips the embedding model (the receipt's write fills the cache)
+                query_vec, key = self.vectors.embed_query(query)
+                cache = (key, query_vec) if key else None
+            else:
+                query_vec = self.vectors.query_vector(query, vector)
+            id_list, sim_list = self.index.recall(query_vec, params)
+            if id_list:  # Q and text of every candidate in one read: the selected ones are among them
+                rows = {r[0]: r for r in self.db.by_ids("id, q, intent, experience, outcome, visits", "memories",
+                                                        id_list)}
+                candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
+                              for i, s in zip(id_list, sim_list)]
+                if params.selector in CONDITIONED:
+                    self.condition(candidates, query_vec, params.selector)
+                q_stats = self.calibration.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
+                explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)
+        selected = _selected(candidates)
+        memories = [{"id": c.memory_id, "intent": rows[c.memory_id][2], "experience": rows[c.memory_id][3],
+                     "outcome": rows[c.memory_id][4], "similarity": c.similarity, "q": c.q, "score": c.score}
+                    for c in selected]
+        retrieval_id = self.write_receipt(query, params, sim_stats, candidates, selected, explored, cache,
+                                          query_vec if candidates else None) if record else None
+        return Retrieval(retrieval_id, query, memories, candidates, explored, params, sim_stats,
+                         query_vec if candidates else None)
+
+    def record(self, retrieval: Retrieval) -> int:
+        """Store the receipt of a retrieval made with `record=False`, exactly as `retrieve` would have;
+        set and return its id."""
+        if retrieval.id is not None:
+            raise MemrlError(f"retrieval {retrieval.id} is already recorded")
+        retrieval.id = self.write_receipt(retrieval.query, retrieval.params, retrieval.sim_stats,
+                                          retrieval.candidates, _selected(retrieval.candidates), retrieval.explored,
+                                          query_vec=retrieval.query_vector)
+        return retrieval.id
+
+    def condition(self, candidates: list[Candidate], query_vec: np.ndarray, selector: str = "conditioned") -> None:
+        """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger)."""
+        past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
+        ids = sorted(past)
+        for start in range(0, len(ids), CHUNK_IDS):
+            chunk = ids[start:start + CHUNK_IDS]
+            for mid, reward, blob in self.db.conn.execute(
+                    "SELECT w.memory_id, w.reward, r.query_vector FROM rewards w JOIN retrievals r ON r.id = w.retrieval_id "
+                    f"WHERE w.kind = 'reward' AND r.query_vector IS NOT NULL AND w.memory_id IN ({','.join('?' * len(chunk))})",
+                    chunk):
+                past[mid].append((float(np.frombuffer(bytes(blob), dtype=np.float32) @ query_vec), float(reward)))
+        for c in candidates:
+            c.utility = conditioned_utility(c.q, past[c.memory_id], selector) if past[c.memory_id] else None
+
+    def write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
+                      candidates: list[Candidate], selected: list[Candidate], explored: bool,
+                      cache: tuple[str, np.ndarray] | None = None, query_vec: np.ndarray | None = None) -> int:
+        """Store a retrieval's receipt (its candidates with their scores; the selected ones' last use),
+        and the query's vector in the query cache when `cache` gives its key; the receipt's id."""
+        stamp = now()
+        with self.db.transaction() as conn:
+            # The candidates' foreign keys lock their memories (and the selected ones' last_used_at
+            # changes them): lock them all first, in id order as rewards do, so the two never deadlock.
+            self.db.lock("memories", {c.memory_id for c in candidates})
+            if cache is not None:
+                self.vectors.cache_query(cache[0], cache[1], stamp)
+            rid = self.db.store.insert("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at, "
+                                       "query_vector) VALUES (?,?,?,?,?,?,?)",
+                                       (query, json.dumps(params.to_dict()), sim_stats[0], sim_stats[1], int(explored),
+                                        stamp, None if query_vec is None else query_vec.astype(np.float32).tobytes()))
+            assert rid is not None
+            conn.executemany("INSERT INTO retrieval_candidates (retrieval_id, memory_id, recall_rank, similarity, q, "
+                             "z_sim, z_q, score, selected_rank) VALUES (?,?,?,?,?,?,?,?,?)",
+                             [(rid, c.memory_id, rank, c.similarity, c.q, c.z_sim, c.z_q, c.score, c.selected_rank)
+                              for rank, c in enumerate(candidates)])
+            conn.executemany("UPDATE memories SET last_used_at = ? WHERE id = ?",
+                             [(stamp, mid) for mid in sorted(c.memory_id for c in selected)])
+        return rid

@@ -1,0 +1,96 @@
+"""memrl_cli.index alone, on both engines: Phase-A search (in process and by the engine), quarantine
+and source filters, the matrix kept current, the engine's optional index; and the Store's answers
+about `index=` choices that the bank asks instead of knowing the engines itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from bank_parts import connect, seed, unit
+
+from memrl_cli.errors import MemrlError
+from memrl_cli.index import SearchIndex
+from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.store import check_index_change, index_names
+
+
+def exact(vectors: np.ndarray, query: np.ndarray, k: int) -> list[int]:
+    return (np.argsort(-(vectors @ query), kind="stable")[:k] + 1).tolist()
+
+
+def test_search_finds_the_nearest_never_the_quarantined_and_filters_sources(bank_at: Callable[[str], str]) -> None:
+    db = connect(bank_at("b"))
+    vectors = unit(40, dim=8)
+    seed(db, vectors[:30], source="agent-a")
+    seed(db, vectors[30:], source="agent-b")
+    modes = [m for m in db.store.indexes if m not in ("vec", "hnsw")]  # the engine index has its own test
+    for mode in modes:
+        index = SearchIndex(db, mode, [])
+        ids, sims = index.search(vectors[3], 5, -1.0)
+        assert ids.tolist() == exact(vectors, vectors[3], 5) and sims[0] == pytest.approx(1.0, abs=1e-5)
+        assert index.search(vectors[3], 5, 1.01)[0].tolist() == []  # nothing at or above the threshold
+        with db.transaction() as conn:
+            conn.execute("UPDATE memories SET quarantined_at = 'now' WHERE id = 4")
+        assert 4 not in index.search(vectors[3], 40, -1.0)[0].tolist() and index.quarantined().tolist() == [4]
+        with db.transaction() as conn:
+            conn.execute("UPDATE memories SET quarantined_at = NULL WHERE id = 4")
+        assert set(index.search(vectors[3], 40, -1.0, ("*-b",))[0].tolist()) == set(range(31, 41))
+
+
+def test_the_in_process_matrix_follows_other_writers_and_uncommitted_rows(bank_at: Callable[[str], str]) -> None:
+    location = bank_at("b")
+    db, other = connect(location), connect(location)
+    vectors = unit(12, dim=8)
+    seed(db, vectors[:10])
+    mode = "numpy" if "numpy" in db.store.indexes else "auto"
+    index = SearchIndex(db, mode, [])
+    assert index.search(vectors[10], 1, -1.0)[0].tolist() != [11]
+    seed(other, vectors[10:11])  # another connection's commit
+    assert index.search(vectors[10], 1, -1.0)[0].tolist() == [11]
+    with pytest.raises(ZeroDivisionError):
+        with db.transaction():
+            seed(db, vectors[11:])  # nested: a savepoint of this write
+            assert index.search(vectors[11], 1, -1.0)[0].tolist() == [12]  # this write's own row
+            1 / 0
+    assert index.search(vectors[11], 1, -1.0)[0].tolist() != [12]  # rolled back, and not kept
+    params = RetrieveParams(k1=2, threshold=-1.0, recall="memories")
+    assert index.recall(vectors[0], params)[0] == exact(vectors[:11], vectors[0], 2)
+
+
+def test_the_engine_index_is_built_used_and_dropped(bank_at: Callable[[str], str]) -> None:
+    db = connect(bank_at("b"))
+    store = db.store
+    kind = next(m for m in store.indexes if store.is_engine_index(m))
+    if store.index_problem(kind):
+        pytest.skip(store.index_problem(kind))
+    index = SearchIndex(db, kind, [])
+    with pytest.raises(MemrlError, match="the bank is empty"):
+        index.set_index(kind)
+    vectors = unit(30, dim=8)
+    seed(db, vectors)
+    assert not store.has_index(kind) and store.rebuildable_index() is None
+    index.ensure(readonly=False)  # opening with index=KIND builds it
+    assert store.has_index(kind) and store.index_info()["kind"] == kind
+    assert index.search(vectors[5], 3, -1.0)[0].tolist() == exact(vectors, vectors[5], 3)
+    if store.rebuildable_index():
+        assert index.rebuild() == 30
+    assert index.set_index("none" if kind == "vec" else "exact")["kind"] in ("none", "exact")
+    assert not store.has_index(kind)
+    with pytest.raises(MemrlError, match="no sqlite-vec index to rebuild"):
+        index.rebuild()
+
+
+def test_the_store_answers_for_its_engine(bank_at: Callable[[str], str]) -> None:
+    store = connect(bank_at("b")).store
+    assert set(index_names()) == {"auto", "numpy", "bit", "vec", "exact", "hnsw"}
+    assert all(store.index_problem(mode) is None for mode in store.indexes if mode != "vec" or store.vec.loaded)
+    other = next(m for m in index_names() if m not in store.indexes)
+    assert store.index_problem(other) == (f"index={other} is not available for a {store.kind} bank; "
+                                          f"use one of {', '.join(store.indexes)}")
+    assert [m for m in index_names() if store.is_engine_index(m)] == (["vec"] if "vec" in store.indexes else ["hnsw"])
+    assert store.unusable_index() is None
+    check_index_change("none")
+    with pytest.raises(MemrlError, match="index must be vec or none"):
+        check_index_change("numpy")

@@ -1,0 +1,100 @@
+"""memrl_cli.ledger alone, on both engines: rewards by receipt or by ids (all or none), the request
+checks, outright Q, revisions; Q always equals the replay of its ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from bank_parts import connect, seed, unit
+
+from memrl_cli.errors import MemrlError
+from memrl_cli.learn import q_update, replay
+from memrl_cli.ledger import Ledger, check_reward_request
+
+
+def receipt(ledger: Ledger, selected: list[int]) -> int:
+    """A receipt that selected `selected` (in that order), written straight into the bank."""
+    with ledger.db.transaction() as conn:
+        rid = ledger.db.store.insert("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at) "
+                                     "VALUES ('q', '{}', 0, 1, 0, 'now')", ())
+        conn.executemany("INSERT INTO retrieval_candidates (retrieval_id, memory_id, recall_rank, similarity, q, "
+                         "z_sim, z_q, score, selected_rank) VALUES (?, ?, ?, 1, 0, 0, 0, 0, ?)",
+                         [(rid, mid, rank, rank) for rank, mid in enumerate(selected)])
+    assert rid is not None
+    return rid
+
+
+def q_and_ledger(ledger: Ledger, mid: int) -> tuple[float, list[tuple]]:
+    conn = ledger.db.conn
+    q = conn.execute("SELECT q FROM memories WHERE id = ?", (mid,)).fetchone()[0]
+    rows = conn.execute("SELECT kind, reward, alpha, q_floor, q_after FROM rewards WHERE memory_id = ? ORDER BY id",
+                        (mid,)).fetchall()
+    return float(q), [tuple(r) for r in rows]
+
+
+def test_rewards_by_receipt_and_by_ids(bank_at: Callable[[str], str]) -> None:
+    ledger = Ledger(connect(bank_at("b")))
+    ids = seed(ledger.db, unit(4))
+    rid = receipt(ledger, [ids[2], ids[0]])
+    applied = ledger.reward_many([{"reward": 1.0, "retrieval_id": rid}])
+    assert [(u["id"], u["q_before"], u["q_after"]) for u in applied] == [(3, 0.0, q_update(0.0, 1.0, 0.3)), (1, 0.0, 0.3)]
+    with pytest.raises(MemrlError, match=f"retrieval {rid} was already rewarded"):
+        ledger.reward_many([{"reward": 1.0, "retrieval_id": rid}])
+    assert len(ledger.reward_many([{"reward": -1.0, "retrieval_id": rid, "allow_repeat": True}])) == 2
+    ledger.reward_many([{"reward": 1.0, "memory_ids": [1, 2], "alpha": 0.5, "floor": -0.2},
+                        {"reward": -1.0, "memory_ids": [2], "alpha": 0.5, "floor": -0.2}])
+    ledger.reward_many([{"reward": 1.0, "memory_ids": [4, 3]}])  # each memory once: one statement on PostgreSQL
+    for mid in ids:
+        q, rows = q_and_ledger(ledger, mid)
+        assert q == pytest.approx(replay(0.0, [{"kind": k, "reward": r, "alpha": a, "q_floor": f, "q_after": qa}
+                                               for k, r, a, f, qa in rows]))
+    assert q_and_ledger(ledger, 2)[0] == pytest.approx(-0.2)  # the floor held
+
+
+def test_a_bad_request_changes_nothing(bank_at: Callable[[str], str]) -> None:
+    ledger = Ledger(connect(bank_at("b")))
+    seed(ledger.db, unit(2))
+    for requests, message in (([{"reward": 1.0, "memory_ids": [1]}, {"reward": 1.0, "memory_ids": [99]}],
+                               "unknown memory id 99"),
+                              ([{"reward": 1.0, "memory_ids": [1]}, {"reward": 1.0, "retrieval_id": 7}],
+                               "unknown retrieval id 7")):
+        with pytest.raises(MemrlError, match=message):
+            ledger.reward_many(requests)
+    assert ledger.db.conn.execute("SELECT count(*), sum(visits) FROM memories").fetchone()[1] == 0
+    assert ledger.db.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("request_, message", [
+    ({"reward": 1.0}, "give either a retrieval id or memory ids"),
+    ({"reward": 1.0, "retrieval_id": 1, "memory_ids": [1]}, "give either a retrieval id or memory ids"),
+    ({"reward": 1.0, "retrieval_id": True}, "retrieval id must be an integer"),
+    ({"reward": 1.0, "memory_ids": []}, "memory ids must be a non-empty list of integers"),
+    ({"reward": 1.0, "memory_ids": 5}, "memory ids must be a non-empty list of integers"),
+    ({"reward": float("nan"), "memory_ids": [1]}, "reward"),
+    ({"reward": 1.0, "memory_ids": [1], "weight": 2}, "unknown field(s) weight; use allow_repeat"),
+])
+def test_check_reward_request(request_: dict, message: str) -> None:
+    with pytest.raises(MemrlError) as caught:
+        check_reward_request(request_, 2)
+    assert str(caught.value).startswith("reward 3: ") and message in str(caught.value)
+    assert check_reward_request({"reward": 1, "memory_ids": [2, 1, 2]}, 0)[:4] == (None, [2, 1], 1.0, 0.3)
+
+
+def test_set_q_and_revise(bank_at: Callable[[str], str]) -> None:
+    ledger = Ledger(connect(bank_at("b")))
+    seed(ledger.db, unit(2))
+    ledger.set_q(1, 0.75, "reset")
+    assert q_and_ledger(ledger, 1) == (0.75, [("set", None, None, None, 0.75)])
+    with pytest.raises(MemrlError, match="unknown memory id 9"):
+        ledger.set_q(9, 0.0, "reset")
+    with pytest.raises(MemrlError, match="q must be a finite number"):
+        ledger.set_q(1, float("inf"), "reset")
+    assert ledger.revise(1, "did it better") is True
+    assert ledger.db.conn.execute("SELECT experience FROM memories WHERE id = 1").fetchone()[0] == "did it better"
+    with ledger.db.transaction() as conn:
+        conn.execute("UPDATE memories SET intent = 'task 0' WHERE id = 2")
+    assert ledger.revise(2, "did it better") is False  # memory 1 holds exactly that content
+    assert ledger.db.conn.execute("SELECT experience FROM memories WHERE id = 2").fetchone()[0] == "did 1"
+    with pytest.raises(MemrlError, match="unknown memory id 9"):
+        ledger.revise(9, "text")
