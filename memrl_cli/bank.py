@@ -14,8 +14,8 @@ map: docs/architecture.md): the engine (`store`), `connection`, `vectors`, `reco
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
