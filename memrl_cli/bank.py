@@ -29,14 +29,13 @@ from memrl_cli.ingest import MemoryWriter
 from memrl_cli.learn import DEFAULT_ALPHA
 from memrl_cli.ledger import Ledger
 from memrl_cli.receipts import Retrieval, Retriever
-from memrl_cli.records import IngestResult, MemoryInput, Progress, content_hash, now
-from memrl_cli.records import check_text as _text
+from memrl_cli.records import IngestResult, MemoryInput, Progress
 from memrl_cli.retrieve import RetrieveParams
 from memrl_cli.store import Store, index_names, is_server_url, open_store
 from memrl_cli.vectors import BankVectors
 
 # Names other modules import from here (the facade), though they live in the parts.
-__all__ = ["MemoryBank", "IngestResult", "MemoryInput", "Progress", "Retrieval", "_text", "content_hash", "now"]
+__all__ = ["MemoryBank", "IngestResult", "MemoryInput", "Progress", "Retrieval"]
 
 
 class MemoryBank:

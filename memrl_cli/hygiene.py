@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from memrl_cli import validators
-from memrl_cli.bank import MemoryBank, _text, now
+from memrl_cli.bank import MemoryBank
+from memrl_cli.records import check_text, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import q_update
 
@@ -50,7 +51,7 @@ def _memory_ids(ids: Iterable[Any]) -> list[int]:
 
 
 def _optional_text(value: str | None, name: str) -> str | None:
-    return None if value is None else _text(value, name, "")
+    return None if value is None else check_text(value, name, "")
 
 
 def _locked_memories(bank: MemoryBank, ids: list[int], columns: str) -> dict[int, tuple]:
@@ -136,7 +137,7 @@ def undo(bank: MemoryBank, source: str | None = None, since: str | None = None, 
     """
     if source is None and since is None and until is None:
         raise MemrlError("give --source, --since and/or --until: which rewards to undo")
-    sources = [_text(source, "source", "")] if source is not None else []
+    sources = [check_text(source, "source", "")] if source is not None else []
     window = (None if since is None else parse_time(since, "--since"), None if until is None else parse_time(until, "--until"))
     label = _describe("undo " + " ".join(f"{k}={v}" for k, v in (("source", source), ("since", since),
                                                                    ("until", until)) if v is not None),

@@ -27,7 +27,7 @@ ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
 HNSW_EF_SEARCH = 200  # recall@k1 0.99 at 100k on clustered vectors (0.95 at 100); docs/performance.md
 CHANGES = "meta_version"  # meta key: a counter bumped by every write of meta or of new memories
-# Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.bank), after its ordinal `id`.
+# Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.records), after its ordinal `id`.
 COPY_TYPES = {"q": "float8", "q_init": "float8", "visits": "int8", "id": "int8", "embedding": "vector"}
 # One reward request as one statement: lock the memories in id order, move Q by the rule (the same float8
 # arithmetic as learn.q_update; greatest() ignores a NULL floor), update them and append the ledger rows

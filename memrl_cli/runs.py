@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memrl_cli.bank import MemoryBank, now
+from memrl_cli.bank import MemoryBank
+from memrl_cli.records import now
 from memrl_cli.errors import MemrlError
 from memrl_cli.schema import RUNS
 

@@ -17,7 +17,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from memrl_cli.bank import MemoryBank, MemoryInput, Progress, content_hash, now
+from memrl_cli.bank import MemoryBank
+from memrl_cli.records import MemoryInput, Progress, content_hash, now
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import replay
 from memrl_cli.store import Store, is_server_url
