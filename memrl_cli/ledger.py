@@ -84,9 +84,18 @@ class Ledger:
                         "NULL ORDER BY selected_rank", (rid,))]
                 resolved.append((rid, ids, r, a, f, source))
             db.lock("memories", {mid for entry in resolved for mid in entry[1]})
-            for rid, ids, r, a, f, source in resolved:  # one request at a time: a memory may recur across them
-                applied = store.apply_rewards([(rid, mid, r, a, f, source) for mid in ids], stamp)
-                updates += [{"id": m, "q_before": b, "q_after": q} for m, b, q in applied]
+            # In request order, in runs of requests whose memories are distinct (one pass each): a memory that
+            # recurs starts a new run, so it moves from the Q the run before left
+            runs: list[list[tuple]] = [[]]
+            seen: set[int] = set()
+            for rid, ids, r, a, f, source in resolved:
+                if not seen.isdisjoint(ids):
+                    runs.append([])
+                    seen = set()
+                seen.update(ids)
+                runs[-1] += [(rid, mid, r, a, f, source) for mid in ids]
+            for run in runs:
+                updates += [{"id": m, "q_before": b, "q_after": q} for m, b, q in store.apply_rewards(run, stamp)]
         return updates
 
     def revise(self, memory_id: int, experience: str) -> bool:

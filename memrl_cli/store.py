@@ -187,19 +187,22 @@ class Store(BankViews, BankRepairs, RunRecords):
         (retrieval_id, memory_id, reward, alpha, floor, source), memory ids distinct, and append the
         ledger rows in that order; [(memory_id, q_before, q_after)]. An unknown memory id changes
         nothing and raises."""
+        ordered = sorted({e[1] for e in entries})
+        q: dict[int, float] = dict(self.rows_by_id("memories", "id, q", ordered))  # one read per chunk, in id order
+        missing = next((e[1] for e in entries if e[1] not in q), None)
+        if missing is not None:
+            raise MemrlError(f"unknown memory id {missing}")
         applied = []
         for rid, mid, r, a, f, source in entries:
-            row = self.conn.execute("SELECT q FROM memories WHERE id = ?", (mid,)).fetchone()
-            if row is None:
-                raise MemrlError(f"unknown memory id {mid}")
-            q_before = float(row[0])
-            q_after = q_update(q_before, r, a, f)
-            self.conn.execute("UPDATE memories SET q = ?, visits = visits + 1, updated_at = ? WHERE id = ?",
-                              (q_after, stamp, mid))
-            self.conn.execute("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
+            q_before = float(q[mid])
+            applied.append((mid, q_before, q_update(q_before, r, a, f)))
+        after = {mid: q_after for mid, _, q_after in applied}
+        self.conn.executemany("UPDATE memories SET q = ?, visits = visits + 1, updated_at = ? WHERE id = ?",
+                              [(after[mid], stamp, mid) for mid in ordered])
+        self.conn.executemany("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_floor, q_before, "
                               "q_after, created_at, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                              (rid, mid, "reward", r, a, f, q_before, q_after, stamp, source))
-            applied.append((mid, q_before, q_after))
+                              [(rid, mid, "reward", r, a, f, q_before, q_after, stamp, source)
+                               for (rid, mid, r, a, f, source), (_, q_before, q_after) in zip(entries, applied)])
         return applied
 
     def trim_query_cache(self, keep: int) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from memrl_bench.adapters.alfworld import INVALID_ACTION, TURN_PREFIX, AlfworldBenchmark, GameEnv, replay_walkthrough
 from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
-from memrl_bench.framework.harness import BenchConfig, run_benchmark
+from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 
@@ -129,8 +129,8 @@ def measure(workers: int = 2, limit: int | None = None, data: str | None = None)
     from benchmarks.testing.chat_server import ScriptedChatServer
 
     data = data or os.environ.get("ALFWORLD_DATA") or str(ARCHIVE)
-    adapter = AlfworldBenchmark(data=data, limit=limit, train_split=SPLIT)  # unpacks the data once, untimed
-    tasks = adapter.tasks(SPLIT)
+    adapter = AlfworldBenchmark(data=data, train_split=SPLIT)  # unpacks the data once, untimed
+    tasks = stratified_sample(adapter.tasks(SPLIT), limit, 0, "train")  # the games `limit` makes the harness play
     adapter.examples()  # built from training games once and cached, untimed
     floor, floor_s, floor_cpu = timed_with_cpu(lambda: replay_all(tasks, workers))
     policy, policy_s, policy_cpu = timed_with_cpu(lambda: replay_all(tasks, workers, policy=True))
@@ -154,7 +154,7 @@ def measure(workers: int = 2, limit: int | None = None, data: str | None = None)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2, help="Worker processes for both phases [2].")
-    parser.add_argument("--limit", type=int, default=None, help="Only the first N games [all 134].")
+    parser.add_argument("--limit", type=int, default=None, help="Only N games, the stratified sample `--limit N` plays [all 134].")
     parser.add_argument("--data", default=None, help="ALFWorld data [$ALFWORLD_DATA, else the shared archive].")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
