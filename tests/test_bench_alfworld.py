@@ -29,6 +29,7 @@ from memrl_bench.adapters.alfworld import (
 )
 from memrl_bench.adapters.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
 from memrl_bench.framework.protocol import Benchmark, Task
+from memrl_cli import runs
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 import bench_data
@@ -367,7 +368,8 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
             found = list((tmp_path / "killed").glob("*/bank.db"))
             if found and (found[0].parent / "config.json").exists():
                 with MemoryBank(found[0], create=False) as bank:
-                    if bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0] >= E2E_GAMES + 1:
+                    if runs.has_runs(bank) and \
+                            bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0] >= E2E_GAMES + 1:
                         bank_path = found[0]
                         break
             time.sleep(0.1)

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from memrl_cli import inspection
+from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,7 @@ def audit_run(db: str) -> list[str]:
     """A killed run's bank: verified, and every recorded episode belongs to a committed batch."""
     problems = verify(db)
     with MemoryBank(db, create=False) as bank:
-        orphans = bank.conn.execute(
+        orphans = 0 if not runs.has_runs(bank) else bank.conn.execute(  # killed before the run was recorded: none
             "SELECT count(*) FROM episodes e WHERE NOT EXISTS (SELECT 1 FROM run_batches b WHERE b.run_id = e.run_id "
             "AND b.phase = e.phase AND b.split = e.split AND b.epoch = e.epoch AND b.batch = e.batch)").fetchone()[0]
     if orphans:
@@ -345,7 +345,8 @@ def crash_bench(workdir: Path, repeats: int, rng: random.Random, rooms: int = 6,
             run_dir = next(runs_dir.glob("*/config.json")).parent
             db = str(run_dir / "bank.db")
             with MemoryBank(db, create=False) as bank:
-                committed = bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0]
+                committed = bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0] \
+                    if runs.has_runs(bank) else 0  # killed before the run was recorded
             problems = audit_run(db)
             resumed = subprocess.run(bench_command(runs_dir, server.base_url, rooms, epochs, "--resume", str(run_dir)),
                                      cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
