@@ -13,7 +13,7 @@ Read top to bottom, this is the method:
 
 The bank is the checkpoint: a killed run resumed with `resume=RUN_ID` skips the committed
 batches and ends with the same metrics as an uninterrupted run (given a deterministic LLM).
-Adapters (see `benchmarks.protocol`) only know their environment.
+Adapters (see `memrl_bench.framework.protocol`) only know their environment.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from memrl_cli.retrieve import RetrieveParams
 from memrl_cli.settings import check_all, setting
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
-METHODS["memp"] = 0.0  # baselines (benchmarks/baselines.py): MemP retrieves by similarity only
+METHODS["memp"] = 0.0  # baselines (benchmarks/memrl_bench/framework/baselines.py): MemP retrieves by similarity only
 METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
-METHODS["self-rag"] = 0.0  # Self-RAG (benchmarks/self_rag.py): similarity retrieval, then the model's own critique
+METHODS["self-rag"] = 0.0  # Self-RAG (benchmarks/memrl_bench/framework/self_rag.py): similarity retrieval, then the model's own critique
 METHODS["pass@k"] = None  # the authors' pass@k: no memory, each epoch retries only the tasks not yet solved
 UNREWARDED = {"memp", "reflexion", "self-rag"}  # memory methods that learn no utility
 MEMORYLESS = {"none", "pass@k"}
@@ -572,7 +572,7 @@ def _executor(workers: int, initargs: tuple) -> Iterator[Executor]:
                                initializer=_init_pool_worker, initargs=initargs)
     try:
         yield pool
-    except BaseException:  # Ctrl-C, SIGTERM (benchmarks.signals) or an error: stop the episodes in flight
+    except BaseException:  # Ctrl-C, SIGTERM (memrl_bench.framework.signals) or an error: stop the episodes in flight
         _stop_workers(pool)
         raise
     finally:
