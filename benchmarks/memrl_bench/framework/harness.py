@@ -583,6 +583,7 @@ def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
     """SIGTERM each worker (it unwinds its episode), then SIGKILL any still alive after `grace` seconds."""
     # ProcessPoolExecutor has no public way to stop busy workers before Python 3.14 (terminate_workers).
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
@@ -591,6 +592,8 @@ def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+    if manager is not None:  # else its wake-up pipe may close while Python's exit handler writes to it (EBADF)
+        manager.join(grace)
 
 
 def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
