@@ -341,14 +341,6 @@ class Store(BankViews, BankRepairs, RunRecords):
             self.build_index(kind, dim)
 
 
-def index_modes() -> tuple[str, ...]:
-    """Every `index=` choice some engine offers (a bank opened on one engine accepts its `Store.indexes`)."""
-    from memrl_cli.postgres import PostgresStore
-    from memrl_cli.sqlite import SqliteStore
-
-    return tuple(dict.fromkeys(SqliteStore.indexes + PostgresStore.indexes))
-
-
 def open_store(location: str, *, readonly: bool = False, create: bool = True) -> Store:
     """The store for a bank location: a PostgreSQL URL, else a SQLite file path."""
     if is_server_url(location):
