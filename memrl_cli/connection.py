@@ -15,7 +15,6 @@ from typing import Any
 from memrl_cli.errors import MemrlError
 from memrl_cli.store import Store
 
-CHUNK_IDS = 500  # ids per `IN (…)` list: well under SQLite's and psycopg's parameter limits
 
 
 class BankConnection:

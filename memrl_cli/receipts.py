@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.calibration import Calibration
-from memrl_cli.connection import CHUNK_IDS, BankConnection
+from memrl_cli.connection import BankConnection
+from memrl_cli.store_views import CHUNK
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
 from memrl_cli.records import check_text, now
@@ -109,8 +110,8 @@ class Retriever:
         """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger)."""
         past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         ids = sorted(past)
-        for start in range(0, len(ids), CHUNK_IDS):
-            chunk = ids[start:start + CHUNK_IDS]
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
             for mid, reward, blob in self.db.conn.execute(
                     "SELECT w.memory_id, w.reward, r.query_vector FROM rewards w JOIN retrievals r ON r.id = w.retrieval_id "
                     f"WHERE w.kind = 'reward' AND r.query_vector IS NOT NULL AND w.memory_id IN ({','.join('?' * len(chunk))})",
