@@ -21,7 +21,7 @@ import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
 from memrl_cli.schema import CORE, LATEST, check_meta
-from memrl_cli.store import Store, redact
+from memrl_cli.store import POSTGRES_INDEXES, Store, redact
 
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
@@ -91,7 +91,7 @@ class PostgresStore(Store):
     """A bank in a PostgreSQL database with pgvector; many processes on many machines write to it at once."""
 
     kind = "postgresql"
-    indexes = ("auto", "exact", "hnsw")
+    indexes = POSTGRES_INDEXES
     _for_update = " FOR UPDATE"
     single_statement_writes = True  # autocommit: a statement outside BEGIN is its own transaction
     begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -20,7 +20,7 @@ import numpy as np
 
 from memrl_cli import schema, sqlite_schema
 from memrl_cli.errors import BankBusyError, MemrlError
-from memrl_cli.store import Store
+from memrl_cli.store import SQLITE_INDEXES, Store
 
 try:  # pysqlite3-binary: a modern SQLite that can load extensions on Linux x86_64
     from pysqlite3 import dbapi2 as sqlite3  # type: ignore[import-not-found]
@@ -121,7 +121,7 @@ class SqliteStore(Store):
     and an optional sqlite-vec index (`memory_index`, a second copy of every vector)."""
 
     kind = "sqlite"
-    indexes = ("auto", "numpy", "bit", "vec")
+    indexes = SQLITE_INDEXES
     errors = (Error,)
 
     def __init__(self, path: str, *, readonly: bool = False, create: bool = True) -> None:

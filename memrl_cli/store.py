@@ -352,12 +352,14 @@ def open_store(location: str, *, readonly: bool = False, create: bool = True) ->
     return SqliteStore(location, readonly=readonly, create=create)
 
 
-def index_names() -> tuple[str, ...]:
-    """Every engine's `index=` choices: a bank refuses any other before opening its location."""
-    from memrl_cli.postgres import PostgresStore
-    from memrl_cli.sqlite import SqliteStore
+SQLITE_INDEXES = ("auto", "numpy", "bit", "vec")  # `SqliteStore.indexes`
+POSTGRES_INDEXES = ("auto", "exact", "hnsw")  # `PostgresStore.indexes`
 
-    return tuple(dict.fromkeys(SqliteStore.indexes + PostgresStore.indexes))
+
+def index_names() -> tuple[str, ...]:
+    """Every engine's `index=` choices: a bank refuses any other before opening its location (without
+    importing either engine's module: this runs on every bank open)."""
+    return tuple(dict.fromkeys(SQLITE_INDEXES + POSTGRES_INDEXES))
 
 
 def check_index_change(kind: str) -> None:
