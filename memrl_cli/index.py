@@ -78,11 +78,12 @@ class SearchIndex:
             self._scan_version = version
         return scan
 
-    def search(self, vector: np.ndarray, k1: int, threshold: float,
-               sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vector: np.ndarray, k1: int, threshold: float, sources: Sequence[str] = (),
+               recalled: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, similarities) of the top-k1 memories at or above `threshold`, best first, among those
         retrieval may return: never a quarantined memory, and with `sources`, only memories whose
-        source matches one of these shell-style patterns (`Store.matches`)."""
+        source matches one of these shell-style patterns (`Store.matches`). `recalled`: see
+        `MatrixIndex.search` (the bit index's shortlist when the search is wider than the recall)."""
         db, mode = self.db, self.mode
         hidden = self.quarantined()
         if mode not in IN_PROCESS and (mode != "auto" or db.cached("index_ready", db.store.index_ready)):
@@ -103,7 +104,7 @@ class SearchIndex:
                 condition, args = db.store.matches("source", sources)
                 mask &= np.isin(scan.ids, [r[0] for r in db.conn.execute(
                     f"SELECT id FROM memories WHERE {condition}", args)])
-        return scan.search(vector, k1, threshold, mask)
+        return scan.search(vector, k1, threshold, mask, recalled)
 
     def quarantined(self) -> np.ndarray:
         """Ids of the quarantined memories, ascending (see `memrl_cli.hygiene`)."""
@@ -117,7 +118,7 @@ class SearchIndex:
             ids, sims = self.search(vector, params.k1, params.threshold, params.sources)
             return ids.tolist(), sims.tolist()
         ids, sims = self.search(vector, min(4096, max(params.k1, params.pool) * SEARCH_WIDTH), params.threshold,
-                                params.sources)
+                                params.sources, recalled=params.k1)
         if not len(ids):
             return [], []
         return group_recall(ids, sims, self._stored_vectors(ids), params.k1, params.group_threshold, params.pool)

@@ -20,7 +20,8 @@ from memrl_cli.retrieve import phase_a
 
 SHORTLIST_PER_K1 = 50  # bit index: memories re-scored in float, per recalled memory,
 SHORTLIST_SHARE = 200  # … or one in this many memories,
-SHORTLIST_MIN = 1000  # … and at least this many
+SHORTLIST_MIN = 1000  # … and at least this many;
+SHORTLIST_PER_CANDIDATE = 4  # a wide search (grouped recall) re-scores at least this many per memory it returns
 
 
 def sign_bits(vectors: np.ndarray, centre: np.ndarray) -> np.ndarray:
@@ -83,15 +84,25 @@ class MatrixIndex:
             self._signs[:, n:n + add] = sign_bits(vectors, self._centre)
         self._n = n + add
 
-    def search(self, vector: np.ndarray, k1: int, threshold: float,
-               mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def shortlist(self, k1: int, recalled: int | None = None) -> int:
+        """How many memories the bit index re-scores in float for a search of `k1` (see `search`)."""
+        recalled = k1 if recalled is None else recalled
+        return max(SHORTLIST_MIN, SHORTLIST_PER_K1 * recalled, SHORTLIST_PER_CANDIDATE * k1, self._n // SHORTLIST_SHARE)
+
+    def search(self, vector: np.ndarray, k1: int, threshold: float, mask: np.ndarray | None = None,
+               recalled: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Phase A over the held memories (with `mask`, a boolean per id, only those it marks True):
-        (ids, similarities), best first."""
+        (ids, similarities), best first.
+
+        `recalled`: when the search is wider than what is recalled from it (grouped recall searches
+        hundreds of memories to recall k1 groups), the k1 that counts; the bit index sizes its shortlist
+        for those (and at least `SHORTLIST_PER_CANDIDATE` per memory returned), not 50 per memory returned.
+        """
         eligible = self._n if mask is None else int(mask.sum())
         if not eligible:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         vector = np.ascontiguousarray(vector, dtype=np.float32)
-        shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_K1 * k1, self._n // SHORTLIST_SHARE)
+        shortlist = self.shortlist(k1, recalled)
         if not self.bits or eligible <= shortlist:
             sims = self.matrix @ vector  # all rows, then the mask: cheaper than copying the masked matrix
             return phase_a(sims, self.ids, k1, threshold) if mask is None else \

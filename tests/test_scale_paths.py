@@ -9,7 +9,7 @@ import pytest
 
 from memrl_cli.bank import MemoryBank
 from memrl_cli.embed import _package_file
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams
 from memrl_cli.scan import SHORTLIST_MIN, MatrixIndex
 
 DIM = 32
@@ -62,6 +62,29 @@ def test_bit_index_recalls_the_exact_top_k1_on_clustered_vectors() -> None:
         for i, s in zip(got_ids.tolist(), got_sims.tolist()):  # re-scored exactly: the same float similarity
             assert s == pytest.approx(float(vectors[i - 1] @ q), abs=1e-6)
     assert found / (5 * len(queries)) >= 0.97
+
+
+def test_bit_index_shortlists_grouped_recall_and_finds_the_same_candidates(tmp_path: Path) -> None:
+    """Grouped recall searches hundreds of memories to recall k1 groups: the bit index still
+    shortlists (sized for the k1 groups, not 50 per memory searched) and recalls what exact search does."""
+    rng = np.random.default_rng(4)
+    n = 4 * SHORTLIST_MIN
+    vectors = np.tile(clustered(rng, n // 4), (4, 1))  # every intent four times, as tasks repeat over epochs
+    external_bank(tmp_path / "b.db", vectors).close()
+    params = RetrieveParams(k1=5, k2=3, threshold=-1.0)
+    index = MatrixIndex(bits=True)
+    index.extend(np.arange(1, n + 1), vectors)
+    width = params.pool * SEARCH_WIDTH  # what grouped recall searches
+    assert index.shortlist(width, recalled=params.k1) < n <= index.shortlist(width)
+    queries = unit(vectors[rng.integers(0, n, 30)] + 0.04 * rng.standard_normal((30, 384)))
+    found = expected = 0
+    with MemoryBank(tmp_path / "b.db", index="bit") as bit, MemoryBank(tmp_path / "b.db", index="numpy") as flat:
+        for q in queries:
+            want = {c.memory_id for c in flat.retrieve("q", params, vector=q.tolist(), record=False).candidates}
+            got = {c.memory_id for c in bit.retrieve("q", params, vector=q.tolist(), record=False).candidates}
+            found, expected = found + len(want & got), expected + len(want)
+    assert expected > params.k1 * len(queries)  # groups of several members were recalled
+    assert found / expected >= 0.97
 
 
 def test_small_bank_bit_index_is_exact(tmp_path: Path) -> None:

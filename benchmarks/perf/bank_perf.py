@@ -319,6 +319,16 @@ def measure(sizes: list[int], queries: int, folder: Path, params: RetrieveParams
     return results
 
 
+def measure_rewards_only(n: int, folder: Path, seed: int = 0,
+                         rewards: tuple[int, int, int] = (20, 1000, 20_000)) -> dict[str, Any]:
+    """The reward figures of `measure` on a bank of `n` memories built as `measure` builds it."""
+    rng = np.random.default_rng(seed)
+    print(f"building a bank of {n} memories", file=sys.stderr)
+    build_bank(folder / "rewards.db", clustered_vectors(rng, n))
+    print("rewards", file=sys.stderr)
+    return {"dim": DIM, "rewards": measure_rewards(folder, *rewards, rng=rng)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000", help="Bank sizes, comma-separated [10000,100000].")
@@ -328,10 +338,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", default=None, help="Where to put the scratch banks [a temporary directory].")
     parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
+    parser.add_argument("--rewards-only", action="store_true",
+                        help="Only the reward figures, on a bank of the largest size (the 1M target without the rest).")
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
-        results = measure([int(n) for n in args.sizes.split(",")], args.queries, Path(scratch), RetrieveParams(),
-                          args.seed, (args.embed_texts, args.embed_rounds), progress=lambda m: print(m, file=sys.stderr))
+        if args.rewards_only:
+            results = measure_rewards_only(sizes[-1], Path(scratch), args.seed)
+        else:
+            results = measure(sizes, args.queries, Path(scratch), RetrieveParams(), args.seed,
+                              (args.embed_texts, args.embed_rounds), progress=lambda m: print(m, file=sys.stderr))
     results["machine"] = {"python": platform.python_version(), "platform": platform.platform(),
                           "sqlite": sqlite3.sqlite_version}
     print(json.dumps(results, indent=2))
