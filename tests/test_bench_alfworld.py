@@ -297,6 +297,36 @@ def test_opening_messages_put_example_then_memories_then_task() -> None:
     assert opening_messages(example, "t", []) == messages[:3] + [{"role": "user", "content": TURN_PREFIX + "t"}]
 
 
+TEXTWORLD_IMPORT = """
+import json, os
+from memrl_bench.adapters.alfworld_game import textworld_parts
+
+textworld_parts()  # the first import of ALFWorld in this process
+import alfworld.info  # already loaded: what ALFWorld set $ALFWORLD_DATA to
+print(json.dumps([os.environ.get("ALFWORLD_DATA"), alfworld.info.ALFWORLD_DATA]))
+"""
+
+
+def test_importing_textworld_leaves_alfworld_data_as_the_user_set_it(tmp_path: Path) -> None:
+    """Importing ALFWorld sets $ALFWORLD_DATA when unset; `textworld_parts` undoes that (a fresh process each time)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("alfworld", reason="alfworld is not installed: pip install -e '.[alfworld]'")
+
+    def imported(**variables: str) -> list[str | None]:
+        env = {k: v for k, v in conftest.cli_env(HOME=str(tmp_path)).items() if k != "ALFWORLD_DATA"} | variables
+        done = subprocess.run([sys.executable, "-c", TEXTWORLD_IMPORT], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    after, alfworlds_own = imported()
+    assert after is None and alfworlds_own == str(tmp_path / ".cache" / "alfworld")  # ALFWorld did set it
+    games = tmp_path / "games"
+    assert imported(ALFWORLD_DATA=str(games)) == [str(games), str(games)]
+
+
 def test_examples_file_is_read_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "examples.json"
     dialogue = [{"role": "user", "content": "task", "name": "x"}, {"role": "assistant", "content": "Thought: t\nAction: look"}]
