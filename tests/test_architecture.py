@@ -30,7 +30,8 @@ STORE |= {f"memrl_cli/{part}.py" for part in  # MemoryBank's parts (bank.py is t
           ("connection", "vectors", "index", "calibration", "ingest", "receipts", "ledger")}
 # Test infrastructure, not a bank: the throwaway PostgreSQL server of the tests creates and drops databases.
 SQL_OUTSIDE_THE_STORE = {"benchmarks/testing/pg_server.py"}
-OWN_DATABASES = {"benchmarks/memrl_bench/adapters/llb_db.py"}  # SQL on the benchmark's MySQL server, not on a bank
+# SQL on the benchmark's own MySQL server, not on a bank: the episode's database, and the adapter playing the agent's SQL.
+OWN_DATABASES = {"benchmarks/memrl_bench/adapters/llb_db_episode_database.py", "benchmarks/memrl_bench/adapters/llb_db.py"}
 MEASUREMENT = "benchmarks/perf/"  # the performance scripts measure the engines themselves
 
 

@@ -17,16 +17,19 @@ from typing import Iterator
 import conftest
 import pytest
 
-from memrl_bench.adapters.alfworld import (
+from memrl_bench.adapters.alfworld import AlfworldBenchmark
+from memrl_bench.adapters.alfworld_game import GameEnv
+from memrl_bench.adapters.alfworld_examples import load_examples_file
+from memrl_bench.adapters.alfworld_prompt import (
     EXAMPLE_PREFIX,
+    MEMORY_INTRO,
     SYSTEM_PROMPT,
     TURN_PREFIX,
-    AlfworldBenchmark,
-    GameEnv,
+    memory_block,
+    opening_messages,
     parse_action,
-    replay_walkthrough,
-    walkthrough_responder,
 )
+from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough, walkthrough_responder
 from memrl_bench.adapters.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli import runs
@@ -274,6 +277,72 @@ def test_parse_action(reply: str, action: str) -> None:
     assert parse_action(reply) == action
 
 
+def test_opening_messages_put_example_then_memories_then_task() -> None:
+    """The prompt's layout, without a game: system prompt, the example (first turn prefixed), memories, the task."""
+    example = [{"role": "user", "content": "You are in the middle of a room."},
+               {"role": "assistant", "content": "Thought: look first.\nAction: look"}]
+    memories = [{"intent": "put a mug on the desk", "experience": "SCRIPT:\ngo to desk 1", "outcome": "failure"},
+                {"intent": "heat an egg", "experience": "Eggs are in the fridge.", "outcome": None}]
+    messages = opening_messages(example, "Your task is to: heat an egg.", memories)
+    assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert messages[1] == {"role": "user", "content": EXAMPLE_PREFIX + "You are in the middle of a room."}
+    assert messages[2] == example[1] and example[0]["content"] == "You are in the middle of a room."
+    assert messages[3] == {"role": "system", "content": memory_block(memories)}
+    block = messages[3]["content"]
+    assert MEMORY_INTRO in block and "--- SUCCESSFUL MEMORIES" not in block
+    assert block.index("--- FAILED MEMORIES") < block.index("Memory 1\nTask: put a mug on the desk\nSCRIPT:\ngo to desk 1")
+    assert block.index("--- OTHER MEMORIES (outcome unknown) ---") < block.index("Task: heat an egg\nEggs are in the fridge.")
+    assert messages[4] == {"role": "user", "content": TURN_PREFIX + "Your task is to: heat an egg."}
+    assert memory_block([]) == ""
+    assert opening_messages(example, "t", []) == messages[:3] + [{"role": "user", "content": TURN_PREFIX + "t"}]
+
+
+TEXTWORLD_IMPORT = """
+import json, os
+from memrl_bench.adapters.alfworld_game import textworld_parts
+
+textworld_parts()  # the first import of ALFWorld in this process
+import alfworld.info  # already loaded: what ALFWorld set $ALFWORLD_DATA to
+print(json.dumps([os.environ.get("ALFWORLD_DATA"), alfworld.info.ALFWORLD_DATA]))
+"""
+
+
+def test_importing_textworld_leaves_alfworld_data_as_the_user_set_it(tmp_path: Path) -> None:
+    """Importing ALFWorld sets $ALFWORLD_DATA when unset; `textworld_parts` undoes that (a fresh process each time)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("alfworld", reason="alfworld is not installed: pip install -e '.[alfworld]'")
+
+    def imported(**variables: str) -> list[str | None]:
+        env = {k: v for k, v in conftest.cli_env(HOME=str(tmp_path)).items() if k != "ALFWORLD_DATA"} | variables
+        done = subprocess.run([sys.executable, "-c", TEXTWORLD_IMPORT], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    after, alfworlds_own = imported()
+    assert after is None and alfworlds_own == str(tmp_path / ".cache" / "alfworld")  # ALFWorld did set it
+    games = tmp_path / "games"
+    assert imported(ALFWORLD_DATA=str(games)) == [str(games), str(games)]
+
+
+def test_examples_file_is_read_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "examples.json"
+    dialogue = [{"role": "user", "content": "task", "name": "x"}, {"role": "assistant", "content": "Thought: t\nAction: look"}]
+    path.write_text(json.dumps([{"task": "heat", "example": dialogue}]))
+    assert load_examples_file(path) == {"heat": [{"role": "user", "content": "task"}, dialogue[1]]}
+    path.write_text(json.dumps([{"task": "boil", "example": dialogue}]))
+    with pytest.raises(MemrlError, match="unknown task type 'boil'"):
+        load_examples_file(path)
+    path.write_text(json.dumps([{"task": "put", "example": dialogue[1:]}]))
+    with pytest.raises(MemrlError, match="the 'put' example must start with a user message"):
+        load_examples_file(path)
+    path.write_text("[{")
+    with pytest.raises(MemrlError, match="cannot read ALFWorld examples"):
+        load_examples_file(path)
+
+
 # -- end to end through the harness and the CLI ------------------------------------------
 
 E2E_GAMES = 3
@@ -298,7 +367,6 @@ def learning_responder(tasks: list[Task]):
     task is close enough (≥ 0.95 cosine: other trials of the same task) recall memories and succeed,
     so the harness must store, retrieve and reward them.
     """
-    from memrl_bench.adapters.alfworld import MEMORY_INTRO
     from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
     replay = walkthrough_responder(tasks)

@@ -25,16 +25,10 @@ from benchmarks.testing.chat_server import ScriptedChatServer  # noqa: E402
 
 from memrl_bench.adapters import llb_common  # noqa: E402
 from memrl_bench.environments import mysql_server  # noqa: E402
-from memrl_bench.adapters.llb_db import (
-    DB_OUTPUT_FORMAT,
-    SPLIT_FILES,
-    EpisodeDatabase,
-    LLBDatabase,
-    create_table_sql,
-    direct_answer_matches,
-    instruction_text,
-    parse_action,
-)
+from memrl_bench.adapters.llb_db import SPLIT_FILES, LLBDatabase
+from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase, create_table_sql
+from memrl_bench.adapters.llb_db_grading import direct_answer_matches
+from memrl_bench.adapters.llb_db_prompt import DB_OUTPUT_FORMAT, instruction_text, parse_action
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from memrl_bench.adapters.alfworld import MEMORY_INTRO, TURN_PREFIX, AlfworldBenchmark
+from memrl_bench.adapters.alfworld import AlfworldBenchmark
+from memrl_bench.adapters.alfworld_prompt import MEMORY_INTRO, TURN_PREFIX
 from memrl_bench.adapters.alfworld_data import SHORT_TYPES, list_games, load_walkthrough
 from memrl_bench.framework.protocol import Task
 from memrl_cli.errors import MemrlError

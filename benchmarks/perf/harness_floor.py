@@ -29,7 +29,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.adapters.alfworld import INVALID_ACTION, TURN_PREFIX, AlfworldBenchmark, GameEnv, replay_walkthrough
+from memrl_bench.adapters.alfworld import AlfworldBenchmark
+from memrl_bench.adapters.alfworld_game import INVALID_ACTION, GameEnv
+from memrl_bench.adapters.alfworld_prompt import TURN_PREFIX
+from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough
 from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
 from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM

@@ -95,9 +95,9 @@ class RssSampler:
 
 def _warm_worker() -> float:
     """In a fresh worker: import TextWorld (as the first game does); return this process's RSS in MB."""
-    from memrl_bench.adapters.alfworld import _textworld_parts
+    from memrl_bench.adapters.alfworld_game import textworld_parts
 
-    _textworld_parts()
+    textworld_parts()
     return rss_mb(os.getpid())
 
 

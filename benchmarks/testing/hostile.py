@@ -347,7 +347,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     victim = None
     fill = {"@CANARY@": str(arena.canary), "@PORT@": str(arena.port)}
     if bench.name == "llb-db":
-        from memrl_bench.adapters.llb_db import EpisodeDatabase
+        from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase
 
         victim = EpisodeDatabase(bench.address(), task.payload["table_info"])
         fill.update({"@VICTIM@": victim.name, "@VICTIM_TABLE@": victim.table["name"]})
