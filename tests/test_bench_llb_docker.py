@@ -34,7 +34,8 @@ from benchmarks.testing import hostile
 from memrl_bench.adapters.llb_db import SPLIT_FILES as DB_SPLITS
 from memrl_bench.adapters.llb_db import LLBDatabase
 from memrl_bench.adapters.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
-from memrl_bench.environments.os_sandbox import DockerSandbox, SandboxFactory
+from memrl_bench.environments.os_docker import DockerSandbox
+from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
