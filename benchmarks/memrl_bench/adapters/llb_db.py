@@ -29,7 +29,7 @@ from typing import Any
 import pymysql
 
 from memrl_bench.adapters import llb_common
-from memrl_bench.environments import mysql_server
+from memrl_bench.environments import mysql8_compat, mysql_address, mysql_server
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -225,7 +225,7 @@ class EpisodeDatabase:
     database (invoker-rights views and functions) acts with more rights than the agent's.
     """
 
-    def __init__(self, address: mysql_server.ServerAddress, table: dict[str, Any]) -> None:
+    def __init__(self, address: mysql_address.ServerAddress, table: dict[str, Any]) -> None:
         token = uuid.uuid4().hex
         self.name = f"llb_{token}"
         self.table = table
@@ -272,7 +272,7 @@ class EpisodeDatabase:
     def execute(self, sql: str) -> str:
         """Run the agent's SQL as LLB does: split on ";", commit after each, show the last result.
 
-        On MariaDB each statement first goes through `mysql_server.as_mysql8`. Rows appear as a
+        On MariaDB each statement first goes through `mysql8_compat.as_mysql8`. Rows appear as a
         Python list of tuples; a statement without rows gives "[]", as LLB's prompt promises
         (LLB itself sends an empty message); a failure gives the error code and message.
         Raises `pymysql.OperationalError` only when the server cannot be reached again.
@@ -285,7 +285,7 @@ class EpisodeDatabase:
                 for statement in (part.strip() for part in sql.split(";")):
                     if not statement:
                         continue
-                    cursor.execute(mysql_server.as_mysql8(statement) if self._mariadb else statement)
+                    cursor.execute(mysql8_compat.as_mysql8(statement) if self._mariadb else statement)
                     result = str(list(cursor.fetchall())) if cursor.description is not None else "[]"
                     self._connection.commit()
         except pymysql.Error as exc:  # PyMySQL's args are (error code, message)
@@ -352,11 +352,11 @@ class LLBDatabase:
         if server not in mysql_server.SERVER_KINDS:
             raise MemrlError(f"unknown server {server!r}: use one of {', '.join(mysql_server.SERVER_KINDS)}")
         self.server = server
-        self._given = mysql_server.parse_mysql_url(mysql_url) if mysql_url else None
-        self._address: mysql_server.ServerAddress | None = None
+        self._given = mysql_address.parse_mysql_url(mysql_url) if mysql_url else None
+        self._address: mysql_address.ServerAddress | None = None
         self._acquired_pid: int | None = None
 
-    def address(self) -> mysql_server.ServerAddress:
+    def address(self) -> mysql_address.ServerAddress:
         """The server this process uses, acquiring the shared one on first call.
 
         The pid check makes a copy of the adapter in another process (fork, pickle) register
