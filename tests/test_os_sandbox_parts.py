@@ -158,7 +158,8 @@ def test_a_process_s_own_cgroups_are_found() -> None:
     assert Cgroup.of_process(2 ** 22 + 1) is None  # no such process
 
 
-def test_enter_command_runs_a_script_in_the_target_with_its_limits_and_fewer_capabilities(cgroup: Cgroup) -> None:
+def test_enter_command_runs_a_script_in_the_target_with_its_limits_and_fewer_capabilities(
+        cgroup: Cgroup, tmp_path: Path) -> None:
     hostname = f"memrl-{uuid.uuid4().hex[:8]}"
     target = subprocess.Popen(["unshare", "--uts", "sh", "-c", f"hostname {hostname} && exec sleep 60"])
     try:
@@ -167,8 +168,9 @@ def test_enter_command_runs_a_script_in_the_target_with_its_limits_and_fewer_cap
             assert time.monotonic() < deadline, "the target did not start"
             time.sleep(0.02)
         limits = Limits(memory_mb=512, nproc=8, cpu_seconds=5, disk_mb=1)
+        device = tmp_path / "device"  # the target shares this machine's files
         script = ('hostname; id -u; echo "$PATH"; grep CapEff /proc/self/status | cut -f2; ulimit -t; ulimit -f; '
-                  'ulimit -c; cat /proc/self/cgroup; mknod /tmp/memrl-no-device b 8 0 2>/dev/null || echo no-mknod')
+                  f'ulimit -c; cat /proc/self/cgroup; mknod {device} b 8 0 2>/dev/null || echo no-mknod')
         done = run_captured(enter_command(target.pid, limits.rlimits(), cgroup, False, script), 10)
     finally:
         target.kill()
@@ -177,4 +179,4 @@ def test_enter_command_runs_a_script_in_the_target_with_its_limits_and_fewer_cap
     assert done.exit_code == 0, done.output
     assert lines[:7] == [hostname, "0", SANDBOX_PATH, KEPT_CAPABILITIES_MASK, "5", "1024", "0"]
     assert any(str(path.name) in done.output for path in cgroup.directories.values())  # in the sample's cgroup
-    assert lines[-1] == "no-mknod" and not Path("/tmp/memrl-no-device").exists()
+    assert lines[-1] == "no-mknod" and not device.exists()
