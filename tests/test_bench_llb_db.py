@@ -24,7 +24,7 @@ import bench_data  # noqa: E402
 from benchmarks.testing.chat_server import ScriptedChatServer  # noqa: E402
 
 from memrl_bench.adapters import llb_common  # noqa: E402
-from memrl_bench.environments import mysql_server  # noqa: E402
+from memrl_bench.environments import mariadb_local, mysql8_compat, mysql_address  # noqa: E402
 from memrl_bench.adapters.llb_db import SPLIT_FILES, LLBDatabase
 from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase, create_table_sql
 from memrl_bench.adapters.llb_db_grading import direct_answer_matches
@@ -43,7 +43,7 @@ needs_data = bench_data.needs("llb", DATA / "db_val.json")
 
 
 def _require_mariadb() -> None:
-    if mysql_server.find_mariadb() is None:
+    if mariadb_local.find_mariadb() is None:
         message = "MariaDB is not installed (apt-get install -y mariadb-server)"
         if os.environ.get("CI"):
             pytest.fail(message)
@@ -88,7 +88,7 @@ def test_create_table_sql_quotes_like_llb() -> None:
 
 
 def test_as_mysql8_rewrites_only_what_mariadb_runs_differently() -> None:
-    rewrite = mysql_server.as_mysql8
+    rewrite = mysql8_compat.as_mysql8
     assert rewrite("SELECT a, COUNT(*) FROM t GROUP BY a") == "SELECT a, COUNT(*) FROM t GROUP BY a ORDER BY NULL"
     assert (rewrite("SELECT a FROM t GROUP BY a HAVING COUNT(*) > 1 LIMIT 5 OFFSET 1")
             == "SELECT a FROM t GROUP BY a HAVING COUNT(*) > 1 ORDER BY NULL LIMIT 5 OFFSET 1")
@@ -107,11 +107,11 @@ def test_as_mysql8_rewrites_only_what_mariadb_runs_differently() -> None:
 
 
 def test_parse_mysql_url() -> None:
-    address = mysql_server.parse_mysql_url("mysql://bob:p%40ss@db.example:3307")
+    address = mysql_address.parse_mysql_url("mysql://bob:p%40ss@db.example:3307")
     assert (address.user, address.password, address.host, address.port) == ("bob", "p@ss", "db.example", 3307)
-    assert not address.tls and mysql_server.parse_mysql_url("mysql://root:pw@127.0.0.1:3306?ssl=true").tls
+    assert not address.tls and mysql_address.parse_mysql_url("mysql://root:pw@127.0.0.1:3306?ssl=true").tls
     with pytest.raises(MemrlError, match="mysql_url"):
-        mysql_server.parse_mysql_url("postgres://x@y")
+        mysql_address.parse_mysql_url("postgres://x@y")
 
 
 def test_system_prompt_puts_memories_before_the_output_format() -> None:
@@ -296,7 +296,7 @@ def test_worker_processes_share_one_server(adapter: LLBDatabase) -> None:
         results = list(pool.map(_play_in_worker, tasks, [server.base_url] * len(tasks)))
     assert [status for status, _ in results] == ["CORRECT"] * len(tasks)
     assert {sock for _, sock in results} == {own_socket}  # no worker started a server of its own
-    assert mysql_server.is_reachable(adapter.address())  # the workers' exit left it to this process
+    assert mysql_address.is_reachable(adapter.address())  # the workers' exit left it to this process
 
 
 _LIFECYCLE_SCRIPT = """
@@ -333,7 +333,7 @@ def test_mysql_url_is_used_as_given(adapter: LLBDatabase) -> None:
     with ScriptedChatServer(_ground_truth_agent([read])) as server:
         assert given.run_episode(read, [], _client(server)).status == "CORRECT"
     given.close()
-    assert mysql_server.is_reachable(adapter.address())  # closing a URL adapter stops nothing
+    assert mysql_address.is_reachable(adapter.address())  # closing a URL adapter stops nothing
 
 
 @pytest.mark.slow

@@ -29,12 +29,13 @@ from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
 from test_bench_llb_os import (LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
-from memrl_bench.environments import docker_images, mysql_server
+from memrl_bench.environments import docker_images, mysql8_compat, mysql_server
 from benchmarks.testing import hostile
 from memrl_bench.adapters.llb_db import SPLIT_FILES as DB_SPLITS
 from memrl_bench.adapters.llb_db import LLBDatabase
 from memrl_bench.adapters.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
-from memrl_bench.environments.os_sandbox import DockerSandbox, SandboxFactory
+from memrl_bench.environments.os_docker import DockerSandbox
+from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,7 +251,7 @@ def test_db_server_runs_in_a_limited_container_without_network(client: Any, db_a
         cursor.execute("SELECT VERSION(), @@skip_networking, @@sql_mode")
         version, no_network, sql_mode = cursor.fetchone()
     connection.close()
-    assert "MariaDB" in version and no_network == 1 and sql_mode == mysql_server.MYSQL8_SQL_MODE
+    assert "MariaDB" in version and no_network == 1 and sql_mode == mysql8_compat.MYSQL8_SQL_MODE
 
 
 def test_db_ground_truth_episodes_through_docker(db_adapter: LLBDatabase) -> None:

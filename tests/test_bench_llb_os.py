@@ -35,7 +35,10 @@ from memrl_bench.adapters.llb_os import (
     LLBOperatingSystem,
     parse_action,
 )
-from memrl_bench.environments.os_sandbox import BwrapSandbox, CommandResult, SandboxFactory, ensure_rootfs
+from memrl_bench.environments.os_bwrap import BwrapSandbox
+from memrl_bench.environments.os_machine import CommandResult
+from memrl_bench.environments.os_rootfs import ensure_rootfs
+from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
@@ -290,7 +293,7 @@ def test_hostile_agent_cannot_reach_network_or_host_files(adapter: LLBOperatingS
     assert (rootfs / "usr/share/doc").is_dir() and "intruder" not in (rootfs / "etc/passwd").read_text()
 
 
-# One script per limit of `os_sandbox.Limits`, and the episode status it must end in (the task's
+# One script per limit of `os_machine.Limits`, and the episode status it must end in (the task's
 # check fails: the agent did not do the task). Run with LIMITED below: 256 MB, 64 processes,
 # 2 s of CPU per process, 128 MB of disk.
 LIMITED = {"memory_mb": 256, "nproc": 64, "cpu_seconds": 2, "disk_mb": 128, "command_timeout": 15}

@@ -29,7 +29,7 @@ from memrl_bench.adapters import llb_common
 from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase
 from memrl_bench.adapters.llb_db_grading import direct_answer_matches
 from memrl_bench.adapters.llb_db_prompt import DB_OUTPUT_FORMAT, DB_REQUIREMENT, instruction_text, parse_action
-from memrl_bench.environments import mysql_server
+from memrl_bench.environments import mysql_address, mysql_server
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -59,11 +59,11 @@ class LLBDatabase:
         if server not in mysql_server.SERVER_KINDS:
             raise MemrlError(f"unknown server {server!r}: use one of {', '.join(mysql_server.SERVER_KINDS)}")
         self.server = server
-        self._given = mysql_server.parse_mysql_url(mysql_url) if mysql_url else None
-        self._address: mysql_server.ServerAddress | None = None
+        self._given = mysql_address.parse_mysql_url(mysql_url) if mysql_url else None
+        self._address: mysql_address.ServerAddress | None = None
         self._acquired_pid: int | None = None
 
-    def address(self) -> mysql_server.ServerAddress:
+    def address(self) -> mysql_address.ServerAddress:
         """The server this process uses, acquiring the shared one on first call.
 
         The pid check makes a copy of the adapter in another process (fork, pickle) register

@@ -16,7 +16,7 @@ from typing import Any
 import pymysql
 
 from memrl_bench.adapters.llb_db_grading import table_md5_sql
-from memrl_bench.environments import mysql_server
+from memrl_bench.environments import mysql8_compat, mysql_address
 
 STATEMENT_TIMEOUT = 30  # seconds a MariaDB statement may run (max_statement_time)
 _CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's (connection lost...): the environment's
@@ -50,7 +50,7 @@ class EpisodeDatabase:
     database (invoker-rights views and functions) acts with more rights than the agent's.
     """
 
-    def __init__(self, address: mysql_server.ServerAddress, table: dict[str, Any]) -> None:
+    def __init__(self, address: mysql_address.ServerAddress, table: dict[str, Any]) -> None:
         token = uuid.uuid4().hex
         self.name = f"llb_{token}"
         self.table = table
@@ -97,7 +97,7 @@ class EpisodeDatabase:
     def execute(self, sql: str) -> str:
         """Run the agent's SQL as LLB does: split on ";", commit after each, show the last result.
 
-        On MariaDB each statement first goes through `mysql_server.as_mysql8`. Rows appear as a
+        On MariaDB each statement first goes through `mysql8_compat.as_mysql8`. Rows appear as a
         Python list of tuples; a statement without rows gives "[]", as LLB's prompt promises
         (LLB itself sends an empty message); a failure gives the error code and message.
         Raises `pymysql.OperationalError` only when the server cannot be reached again.
@@ -110,7 +110,7 @@ class EpisodeDatabase:
                 for statement in (part.strip() for part in sql.split(";")):
                     if not statement:
                         continue
-                    cursor.execute(mysql_server.as_mysql8(statement) if self._mariadb else statement)
+                    cursor.execute(mysql8_compat.as_mysql8(statement) if self._mariadb else statement)
                     result = str(list(cursor.fetchall())) if cursor.description is not None else "[]"
                     self._connection.commit()
         except pymysql.Error as exc:  # PyMySQL's args are (error code, message)

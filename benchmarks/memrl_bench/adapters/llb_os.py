@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from memrl_bench.adapters import llb_common
-from memrl_bench.environments.os_sandbox import CommandResult, Limits, Sandbox, SandboxError, SandboxFactory
+from memrl_bench.environments.os_machine import CommandResult, Limits, Sandbox, SandboxError
+from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -76,7 +77,7 @@ class LLBOperatingSystem:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
     LLB itself does); `backend` "auto" | "docker" | "bwrap"; `rootfs` the bwrap rootfs
     directory (default ~/.cache/memrl/rootfs-bookworm, built on first use); `docker_image`
-    the Docker image tag (built on first use). Limits of the sandbox, either backend (`os_sandbox.Limits`):
+    the Docker image tag (built on first use). Limits of the sandbox, either backend (`os_machine.Limits`):
     `memory_mb` and `nproc` for the whole sample, `cpu_seconds` per process, `disk_mb` written;
     a failed episode that hit one ends as LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_CPU or LIMIT_DISK.
     """

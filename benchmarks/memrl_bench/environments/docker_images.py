@@ -1,10 +1,10 @@
 """The Docker daemon and the images of the LLB Docker backends, built without an image registry.
 
-Each image is a Debian root filesystem made with `debootstrap` (`os_sandbox.ensure_rootfs`,
+Each image is a Debian root filesystem made with `debootstrap` (`os_rootfs.ensure_rootfs`,
 cached under `~/.cache/memrl/`) and loaded with `docker import`, so only the Debian mirror is
 needed, never Docker Hub:
 
-* `llb-os`: the LLB OS sandbox (minbase plus `os_sandbox.EXTRA_PACKAGES`, the same rootfs as
+* `llb-os`: the LLB OS sandbox (minbase plus `os_rootfs.EXTRA_PACKAGES`, the same rootfs as
   the bwrap backend's);
 * `llb-db`: the LLB DBBench server (minbase plus `mariadb-server`).
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.environments.os_sandbox import EXTRA_PACKAGES, ROOTFS_MARKER, SANDBOX_PATH, SUITE, default_rootfs_path, ensure_rootfs
+from memrl_bench.environments.os_machine import SANDBOX_PATH
+from memrl_bench.environments.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, SUITE, default_rootfs_path, ensure_rootfs
 from memrl_cli.errors import MemrlError
 
 _IMPORT_TIMEOUT = 900  # seconds the daemon may take to import one root filesystem
@@ -133,7 +134,7 @@ def image_files(client: Any, tag: str) -> str | None:
     """The host directory holding image `tag`'s files, or None where there is none here.
 
     A one-layer image (what `docker import` makes) on the overlay2 storage driver keeps its
-    files in one directory, which the LLB-OS check uses as its pristine root (`os_sandbox`).
+    files in one directory, which the LLB-OS check uses as its pristine root (`os_docker`).
     """
     attrs = client.images.get(tag).attrs
     driver = attrs.get("GraphDriver") or {}

@@ -1,0 +1,105 @@
+"""Running one script in a running LLB OS machine from the host, with a time limit and captured output.
+
+`enter_command` is the host command that runs a script inside the machine through
+`os_enter.py` (its cgroups, rlimits and namespaces, Docker's default capabilities minus
+CAP_MKNOD, and for the check the trusted view of the pristine image); `run_captured` runs a
+host command with a time limit, keeps at most `MAX_CAPTURED_BYTES` of its output, and kills
+its process group when the time is up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memrl_bench.environments.os_cgroup import Cgroup
+from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult
+
+TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
+# Docker's default capability set, minus MKNOD (a root process with CAP_MKNOD could create
+# and open the host's block devices, since there is no device cgroup here).
+KEPT_CAPABILITIES = (
+    "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+    "net_bind_service", "net_raw", "sys_chroot", "setfcap", "audit_write",
+)
+# The same set as capability numbers (linux/capability.h), for `os_enter.py`.
+_KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
+ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
+_DRAIN_SECONDS = 0.2
+
+
+def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trusted: bool, script: str) -> list[str]:
+    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_enter.py`).
+
+    It joins `cgroup`, sets `rlimits` and keeps only `KEPT_CAPABILITIES`; `trusted` (the check)
+    runs it in the trusted view: the pristine rootfs's tools, loader and libraries (at `PRISTINE`).
+    """
+    return [
+        sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), _KEPT_CAPABILITY_NUMBERS,
+        json.dumps(rlimits), json.dumps(cgroup.procs_files() if cgroup else []),
+        "trusted" if trusted else "untrusted", "--",
+        "/usr/bin/env", "-i", f"PATH={TRUSTED_PATH if trusted else SANDBOX_PATH}", "HOME=/root", "USER=root",
+        "LOGNAME=root", "/usr/bin/bash", "-c", script,
+    ]
+
+
+def run_captured(command: list[str], timeout: float) -> CommandResult:
+    """Run `command` with a time limit, capturing stdout+stderr.
+
+    Returns when the command exits, even if background processes it started still hold
+    its output open (their later output is dropped, as with `docker exec`). On timeout the
+    command's process group is killed.
+    """
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    assert process.stdout is not None
+    stream = process.stdout.fileno()
+    os.set_blocking(stream, False)
+    chunks = bytearray()
+    deadline = time.monotonic() + timeout
+    drain_until: float | None = None
+    open_stream = True
+    try:
+        while True:
+            now = time.monotonic()
+            if drain_until is None and process.poll() is not None:
+                drain_until = now + _DRAIN_SECONDS
+            if drain_until is not None and (now > drain_until or not open_stream):
+                return CommandResult(exit_code=process.returncode, output=decode(chunks), timed_out=False)
+            if drain_until is None and now > deadline:
+                _kill_group(process)
+                return CommandResult(exit_code=None, output=decode(chunks), timed_out=True)
+            if not open_stream:
+                time.sleep(0.02)
+                continue
+            ready, _, _ = select.select([stream], [], [], 0.05)
+            if not ready:
+                continue
+            data = os.read(stream, 65536)
+            if not data:
+                open_stream = False
+            elif len(chunks) < MAX_CAPTURED_BYTES:
+                chunks += data[: MAX_CAPTURED_BYTES - len(chunks)]
+    finally:
+        process.stdout.close()
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill a timed-out script and everything in its process group."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def decode(data: bytes | bytearray) -> str:
+    """A script's output as text (invalid UTF-8 replaced)."""
+    return bytes(data).decode("utf-8", errors="replace")
