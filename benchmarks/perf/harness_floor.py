@@ -31,7 +31,9 @@ from typing import Any
 
 from memrl_bench.adapters.alfworld import INVALID_ACTION, TURN_PREFIX, AlfworldBenchmark, GameEnv, replay_walkthrough
 from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
-from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.sampling import stratified_sample
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 
