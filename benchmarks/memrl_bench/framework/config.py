@@ -1,5 +1,6 @@
-"""What decides a run's outcome: the methods (each one's default λ, Phase-B selector, and whether it
-remembers and learns a utility) and `BenchConfig`, the settings stored with every run.
+"""What decides a run's outcome: the methods (each one's default λ, Phase-B selector, whether it
+remembers and learns a utility, and which benchmarks it applies to: `check_method`) and
+`BenchConfig`, the settings stored with every run.
 
 Each setting is one field of `BenchConfig` (type, default, check: `memrl_cli.settings`); the
 session (`memrl_bench.framework.session`) reads them from flags and YAML, and the harness
