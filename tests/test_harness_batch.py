@@ -108,9 +108,9 @@ def test_commit_rewards_receipts_stores_memories_and_marks_the_batch(tmp_path: P
         assert runs.episodes(bank, RUN) == rows
 
 
-@pytest.mark.parametrize("method", ["rag", "self-rag"])
-def test_commit_without_utility_learning_stores_memories_and_no_reward(tmp_path: Path, method: str) -> None:
-    bank, config, ids = open_run(tmp_path, method)
+def test_commit_without_utility_learning_stores_memories_and_no_reward(tmp_path: Path) -> None:
+    bank, config, ids = open_run(tmp_path, "self-rag")  # a memory method that learns no Q (config.UNREWARDED)
+    assert not config.learns_q
     with bank:
         batch = Batch("train", "train", 1, 0, 0, TASKS[:2])
         recalled = recall(bank, config, batch, learn=True)

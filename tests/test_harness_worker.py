@@ -125,7 +125,7 @@ def test_a_group_plays_on_threads_and_returns_in_stream_order() -> None:
         memories = [[note(r, code(r))] for r in (1, 2, 3)]
         played = worker.play_group(ROOMS, memories, False, "memrl", threads=3)
         assert slow.max_in_flight > 1
-    assert [p.episode.trajectory.split()[1] for p in played] == [code(1), code(2), code(3)]
+    assert [p.episode.trajectory.split()[2] for p in played] == [code(1), code(2), code(3)]
     assert all(p.episode.success and p.usage["calls"] == 1 for p in played)
 
 
