@@ -16,7 +16,9 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import code, responder
 
 from memrl_bench.framework.baselines import ADJUST_SYSTEM, REFLEXION_WINDOW
-from memrl_bench.framework.harness import BenchConfig, comparison_table, progress_printer, run_benchmark
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.reports import comparison_table, progress_printer
 from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
 from memrl_bench.framework.session import bench
 from memrl_cli import inspection

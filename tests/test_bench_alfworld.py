@@ -351,7 +351,7 @@ E2E_STEPS = 20
 
 def test_limit_60_covers_all_six_task_types(data_root: Path) -> None:
     """`--limit 60` samples the training games by task type: the first 200 by id are one type."""
-    from memrl_bench.framework.harness import stratified_sample
+    from memrl_bench.framework.sampling import stratified_sample
 
     train = AlfworldBenchmark(data=str(data_root)).tasks("train")
     assert len(train) == 3553 and len({t.meta["task_type"] for t in train[:200]}) == 1
@@ -402,7 +402,7 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
     from memrl_cli import inspection
     from memrl_cli.bank import MemoryBank
 
-    from memrl_bench.framework.harness import stratified_sample
+    from memrl_bench.framework.sampling import stratified_sample
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, E2E_GAMES, 0, "train")  # the games `--limit` picks
@@ -561,7 +561,9 @@ def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tm
     2 worker processes) give the same episodes, memories, receipts and ledger as one at a time."""
     from test_harness import learned
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
+    from memrl_bench.framework.sampling import stratified_sample
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, 4, 0, "train")

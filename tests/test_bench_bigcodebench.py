@@ -167,7 +167,8 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     """Two epochs of `run_benchmark`: canonical replies pass, every episode becomes a memory and is rewarded."""
     from benchmarks.testing.chat_server import distilling
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 
@@ -198,7 +199,8 @@ def test_self_rag_on_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     """BigCodeBench is a single generation, so self-rag applies: relevance per memory, one graded program."""
     from benchmarks.testing.chat_server import distilling
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
     from memrl_cli.bank import MemoryBank
 

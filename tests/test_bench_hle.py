@@ -420,7 +420,8 @@ def test_bench_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None
     """Two epochs of `run_benchmark` on the fixture: right answers graded locally, memories stored and rewarded."""
     from benchmarks.testing.chat_server import distilling
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 
@@ -443,7 +444,8 @@ def test_self_rag_plays_hle_through_the_harness(jsonl_file: Path, tmp_path: Path
     """HLE is a single generation: self-rag judges relevance per memory, critiques several answers, grades one."""
     from benchmarks.testing.chat_server import distilling
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
     from memrl_cli.bank import MemoryBank
 

@@ -350,7 +350,8 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
     """Two epochs of `run_benchmark` on a real MariaDB with a ground-truth agent: all correct, all remembered."""
     from benchmarks.testing.chat_server import distilling
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 

@@ -15,7 +15,9 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import registry
-from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.sampling import stratified_sample
 from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.session import default_config, read_config
 from memrl_cli.bank import MemoryBank

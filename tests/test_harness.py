@@ -18,7 +18,9 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import metrics
-from memrl_bench.framework.harness import BenchConfig, episode_groups, run_benchmark
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.pool import episode_groups
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from memrl_bench.framework.harness import METHODS, SELECTORS, BenchConfig, run_benchmark
+from memrl_bench.framework.config import METHODS, SELECTORS, BenchConfig
+from memrl_bench.framework.harness import run_benchmark
 from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from benchmarks.learning.table import ADAPTER, NO_LLM, run

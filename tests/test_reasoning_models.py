@@ -15,7 +15,8 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer, is_check
 from benchmarks.testing.toy_benchmark import responder
 
-from memrl_bench.framework.harness import BenchConfig, run_benchmark
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError

@@ -16,7 +16,8 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import code, responder
 
-from memrl_bench.framework.harness import BenchConfig, run_benchmark
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings
 from memrl_cli.report import learning_report

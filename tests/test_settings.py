@@ -14,7 +14,7 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import session
-from memrl_bench.framework.harness import BenchConfig
+from memrl_bench.framework.config import BenchConfig
 from conftest import error_line, run_memrl
 from memrl_cli import settings
 from memrl_cli.cli import app

@@ -154,7 +154,8 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
     """
     from benchmarks.testing.chat_server import ScriptedChatServer
 
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_bench.framework.llm import LLMSettings
     from memrl_cli.report import learning_report
 

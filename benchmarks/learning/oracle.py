@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.framework.harness import BenchConfig
+from memrl_bench.framework.config import BenchConfig
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from memrl_bench.framework.protocol import Task
 from memrl_cli.bank import MemoryBank, MemoryInput

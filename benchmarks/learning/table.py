@@ -21,7 +21,8 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-from memrl_bench.framework.harness import METHODS, BenchConfig, run_benchmark
+from memrl_bench.framework.config import METHODS, BenchConfig
+from memrl_bench.framework.harness import run_benchmark
 from benchmarks.learning.oracle import ORACLES, run_oracle
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from memrl_cli.bank import MemoryBank

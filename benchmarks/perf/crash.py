@@ -317,7 +317,8 @@ def bench_command(runs_dir: Path, base_url: str, rooms: int, epochs: int, *extra
 
 def uninterrupted(runs_dir: Path, base_url: str, rooms: int, epochs: int) -> tuple[dict[str, Any], float]:
     """The reference: the same run, uninterrupted (in this process); its metrics and its loop's duration."""
-    from memrl_bench.framework.harness import BenchConfig, run_benchmark
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
     from memrl_bench.framework.llm import LLMSettings
 
     config = BenchConfig(benchmark=TOY, epochs=epochs, batch_size=2, threshold=0.3,

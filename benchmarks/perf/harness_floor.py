@@ -34,7 +34,9 @@ from memrl_bench.adapters.alfworld_game import INVALID_ACTION, GameEnv
 from memrl_bench.adapters.alfworld_prompt import TURN_PREFIX
 from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough
 from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
-from memrl_bench.framework.harness import BenchConfig, run_benchmark, stratified_sample
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.sampling import stratified_sample
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 

@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.adapters.alfworld import AlfworldBenchmark
-from memrl_bench.framework.harness import BenchConfig, _init_pool_worker, run_benchmark, stratified_sample
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.sampling import stratified_sample
+from memrl_bench.framework.worker import init_pool_worker
 from benchmarks.perf.harness_floor import ARCHIVE, SPLIT, replay_all, scripted_agent, timed_with_cpu
 from memrl_bench.framework.llm import LLMSettings
 
@@ -105,7 +108,7 @@ def worker_cost(data: str, settings: LLMSettings) -> dict[str, float]:
     """Seconds and MB of one harness worker process, spawned and initialised as the harness does it."""
     initargs = ("alfworld", data, None, {"train_split": SPLIT}, settings)
     started = time.perf_counter()
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_pool_worker,
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=init_pool_worker,
                              initargs=initargs) as pool:
         rss = pool.submit(_warm_worker).result()
         seconds = time.perf_counter() - started

@@ -24,8 +24,9 @@ from typing import Any, Callable
 import yaml
 
 from memrl_bench.framework import registry
-from memrl_bench.framework.harness import (BenchConfig, check_method, epoch_line, progress_printer, run_benchmark,
-                                write_comparison)
+from memrl_bench.framework.config import BenchConfig, check_method
+from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.reports import epoch_line, progress_printer, write_comparison
 from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli import settings
 from memrl_cli.errors import MemrlError

@@ -1,0 +1,139 @@
+"""What decides a run's outcome: the methods (each one's default λ, Phase-B selector, whether it
+remembers and learns a utility, and which benchmarks it applies to: `check_method`) and
+`BenchConfig`, the settings stored with every run.
+
+Each setting is one field of `BenchConfig` (type, default, check: `memrl_cli.settings`); the
+session (`memrl_bench.framework.session`) reads them from flags and YAML, and the harness
+(`memrl_bench.framework.harness`) runs with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memrl_bench.framework import self_rag
+from memrl_cli import validators
+from memrl_cli.errors import MemrlError
+from memrl_cli.learn import check_reward
+from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.settings import check_all, setting
+
+METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
+METHODS["memp"] = 0.0  # baselines (benchmarks/memrl_bench/framework/baselines.py): MemP retrieves by similarity only
+METHODS["reflexion"] = None  # Reflexion: the task's own reflections, no retrieval across tasks
+METHODS["self-rag"] = 0.0  # Self-RAG (benchmarks/memrl_bench/framework/self_rag.py): similarity retrieval, then the model's own critique
+METHODS["pass@k"] = None  # the authors' pass@k: no memory, each epoch retries only the tasks not yet solved
+UNREWARDED = {"memp", "reflexion", "self-rag"}  # memory methods that learn no utility
+MEMORYLESS = {"none", "pass@k"}
+METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5, "memrl-ctxz": 0.5, "memrl-ctxn": 0.5,
+                "memrl-ctxnz": 0.5})  # improved Phase-B selectors (docs/learning.md)
+SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned",
+             "memrl-ctxz": "conditioned-z", "memrl-ctxn": "conditioned-n",
+             "memrl-ctxnz": "conditioned-nz"}  # method → Phase-B selector
+
+
+def _at_least_1(name: str, value: Any) -> None:
+    validators.whole(name, value, 1)
+
+
+def _eval_splits(name: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise MemrlError(f"{name} must be a list of split names")
+
+
+def _options(name: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise MemrlError(f"{name} must be a mapping of adapter option names to values")
+
+
+def _q_init(name: str, value: Any) -> None:
+    if isinstance(value, dict) and set(value) != {"success", "failure"}:
+        raise MemrlError(f"q_init must be a number or {{success: X, failure: Y}}, got {value!r}")
+    for number in value.values() if isinstance(value, dict) else [value]:
+        validators.finite(name, number)
+
+
+@dataclass
+class BenchConfig:
+    """Everything that decides a run's outcome (stored with the run; no secrets).
+
+    `q_init` is one number for every new memory or `{success: X, failure: Y}` by outcome (the
+    authors' HLE runner: 1.0 / 0.0). `q_min` hides candidates whose Q is below it in Phase B
+    (the authors' BCB/LLB: −0.8). `sim_mean`/`sim_std` fix z(sim)'s statistics (the authors'
+    per-benchmark constants) instead of the bank's own. `embedder` names the bank's embedding
+    model (e.g. `openai:text-embedding-3-large`, the authors'). `config_file` records which
+    YAML supplied the settings.
+    """
+
+    benchmark: str
+    method: str = "memrl"
+    epochs: int = setting(10, check=_at_least_1)
+    batch_size: int = setting(32, check=_at_least_1)
+    limit: int | None = setting(None, check=_at_least_1)
+    eval_splits: list[str] = setting(factory=list, check=_eval_splits)
+    eval_limit: int | None = setting(None, check=_at_least_1)
+    eval_every: int = setting(1, check=_at_least_1)
+    k1: int = setting(5, check=_at_least_1)
+    k2: int = setting(3, check=_at_least_1)
+    lam: float | None = None
+    threshold: float = setting(0.5, check=validators.finite)
+    epsilon: float = setting(0.0, check=validators.finite)
+    alpha: float = setting(0.3, check=validators.finite)
+    success_reward: float = setting(1.0, check=validators.finite)
+    failure_reward: float = setting(-1.0, check=validators.finite)
+    q_init: float | dict[str, float] = setting(0.0, check=_q_init)
+    q_floor: float | None = setting(None, check=validators.finite)
+    q_min: float | None = setting(None, check=validators.finite)
+    sim_mean: float | None = setting(None, check=validators.finite)
+    sim_std: float | None = setting(None, check=validators.finite)
+    embedder: str | None = None
+    seed: int = setting(0, check=validators.whole)
+    data: str | None = None
+    options: dict[str, Any] = setting(factory=dict, check=_options)
+    config_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise MemrlError(f"unknown method {self.method!r}; choose {', '.join(METHODS)}")
+        if self.lam is None:
+            self.lam = METHODS[self.method]
+        elif self.method in ("rag", "memp", "self-rag") and self.lam != 0:
+            raise MemrlError(f"{self.method} is similarity-only retrieval (λ = 0); use --method memrl --lambda X "
+                             "for another λ")
+        if isinstance(self.eval_splits, str):
+            self.eval_splits = [s.strip() for s in self.eval_splits.split(",") if s.strip()]
+        check_all(self)
+        check_reward(1.0, self.alpha)  # α in (0, 1]
+        if self.uses_memory:
+            self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε
+
+    @property
+    def uses_memory(self) -> bool:
+        """False for the no-memory baselines (none, pass@k)."""
+        return self.method not in MEMORYLESS
+
+    @property
+    def learns_q(self) -> bool:
+        """True for the methods that reward the memories they injected (Q ← Q + α(R − Q))."""
+        return self.uses_memory and self.method not in UNREWARDED
+
+    def retrieve_params(self, seed: int) -> RetrieveParams:
+        """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
+        return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
+                              epsilon=self.epsilon, seed=seed, sim_mean=self.sim_mean, sim_std=self.sim_std,
+                              q_min=self.q_min, selector=SELECTORS.get(self.method, "memrl"))
+
+    def initial_q(self, success: bool) -> float:
+        """Q of a new memory from an episode with this outcome."""
+        if isinstance(self.q_init, dict):
+            return float(self.q_init["success" if success else "failure"])
+        return float(self.q_init)
+
+
+def check_method(method: str, name: str, adapter: Any) -> None:
+    """Refuse, in one line, a method the benchmark cannot run (`adapter`: its class or an instance)."""
+    if method == "self-rag" and not self_rag.applies(adapter):
+        raise MemrlError(f"self-rag does not apply to {name}: it needs an episode that is one LLM generation graded "
+                         "afterwards (bigcodebench, hle), not a multi-step or LLM-free environment")
+

@@ -1,0 +1,82 @@
+"""The worker processes that play a run's episodes: starting them, dealing a batch's episodes to
+them, and stopping them.
+
+`open_pool(workers, initargs)` starts `workers` spawned processes, each initialised by
+`memrl_bench.framework.worker.init_pool_worker` (0: play in this process, for debugging and tiny
+runs). `episode_groups` says how a batch is dealt: groups of positions, each played on threads
+by one call of a worker. When the run stops (Ctrl-C, SIGTERM through
+`memrl_bench.framework.signals`, or an error), the episodes in flight are stopped with it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from memrl_bench.framework.worker import init_pool_worker, init_worker
+
+
+def episode_groups(n: int, processes: int, concurrency: int, threaded: bool) -> list[tuple[list[int], int]]:
+    """How a batch of `n` episodes is played: (positions, threads) for each call of a worker process.
+
+    Thread-safe adapters: one group per process used, positions dealt round robin (stream order
+    clusters task types), threads summing to at most `concurrency`. Otherwise one episode per call,
+    so the processes take them as they free up (at most `processes` in flight).
+    """
+    if not threaded:
+        return [([i], 1) for i in range(n)]
+    groups = max(1, min(processes, concurrency, n))
+    return [(list(range(g, n, groups)), min(concurrency // groups + (g < concurrency % groups), len(range(g, n, groups))))
+            for g in range(groups)]
+
+
+@contextmanager
+def open_pool(workers: int, initargs: tuple) -> Iterator[Executor]:
+    """`workers` worker processes initialised with `initargs` (0: this process), stopped with the block."""
+    if workers <= 0:
+        yield _InProcess(initargs)
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=init_pool_worker, initargs=initargs)
+    try:
+        yield pool
+    except BaseException:  # Ctrl-C, SIGTERM (memrl_bench.framework.signals) or an error: stop the episodes in flight
+        _stop_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
+    """SIGTERM each worker (it unwinds its episode), then SIGKILL any still alive after `grace` seconds."""
+    # ProcessPoolExecutor has no public way to stop busy workers before Python 3.14 (terminate_workers).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(grace)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    if manager is not None:  # else its wake-up pipe may close while Python's exit handler writes to it (EBADF)
+        manager.join(grace)
+
+
+class _InProcess(Executor):
+    """`workers=0`: play episodes in this process (debugging, tiny runs); `submit` runs at once."""
+
+    def __init__(self, initargs: tuple) -> None:
+        init_worker(*initargs)
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:  # type: ignore[override]
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - handed over as a worker's would be
+            future.set_exception(exc)
+        return future
