@@ -23,12 +23,9 @@ from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 # Docker's default capability set, minus MKNOD (a root process with CAP_MKNOD could create
-# and open the host's block devices, since there is no device cgroup here).
-KEPT_CAPABILITIES = (
-    "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-    "net_bind_service", "net_raw", "sys_chroot", "setfcap", "audit_write",
-)
-# The same set as capability numbers (linux/capability.h), for `os_enter.py`.
+# and open the host's block devices, since there is no device cgroup here): chown, dac_override,
+# fowner, fsetid, kill, setgid, setuid, setpcap, net_bind_service, net_raw, sys_chroot, setfcap,
+# audit_write, as capability numbers (linux/capability.h) for `os_enter.py`.
 _KEPT_CAPABILITY_NUMBERS = "0,1,3,4,5,6,7,8,10,13,18,29,31"
 ENTER_SCRIPT = Path(__file__).with_name("os_enter.py")
 _DRAIN_SECONDS = 0.2
@@ -37,8 +34,9 @@ _DRAIN_SECONDS = 0.2
 def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trusted: bool, script: str) -> list[str]:
     """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_enter.py`).
 
-    It joins `cgroup`, sets `rlimits` and keeps only `KEPT_CAPABILITIES`; `trusted` (the check)
-    runs it in the trusted view: the pristine rootfs's tools, loader and libraries (at `PRISTINE`).
+    It joins `cgroup`, sets `rlimits` and keeps only Docker's default capabilities minus MKNOD
+    (`_KEPT_CAPABILITY_NUMBERS`); `trusted` (the check) runs it in the trusted view: the pristine
+    rootfs's tools, loader and libraries (at `PRISTINE`).
     """
     return [
         sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), _KEPT_CAPABILITY_NUMBERS,

@@ -3,7 +3,8 @@
 Every backend (`os_bwrap.BwrapSandbox`, `os_docker.DockerSandbox`) is a `Sandbox`: `run(script)`
 returns a `CommandResult`, `limit_hit()` names the limit the machine ran into, `close()` ends it.
 Each script runs as root in `/`, in a new shell, on the hostname `SANDBOX_HOSTNAME`, with
-`SANDBOX_PATH`; the pristine image is shown read-only at `PRISTINE` for the check.
+`SANDBOX_PATH` (the check: `os_exec.TRUSTED_PATH`); the pristine image is shown read-only at
+`PRISTINE` for the check.
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ while files, users and background processes persist until the container is kille
   by one script is still there for the next one and for the check.
 
 Either way scripts run as root with Docker's default capabilities minus CAP_MKNOD (no mounting,
-no devices), within the sample's cgroups (`os_cgroup`) and rlimits (`os_machine.Limits`); the
+no devices), within the sample's limits (bwrap: its cgroup, `os_cgroup`, and rlimits,
+`os_machine.Limits`; Docker: the container's cgroup and ulimits, no address-space limit). The
 check enters the machine from the host (`os_exec`, `os_enter.py`, as every bwrap script does) and
-runs with the pristine image's tools, whatever the agent replaced.
+runs with the pristine image's tools, whatever the agent replaced; a Docker machine does so only
+where `DockerSandbox.untrusted_check` is None (root, a local daemon, the image's files on this
+host), else its check runs through `docker exec` with the machine's own tools.
 """
 
 from __future__ import annotations
