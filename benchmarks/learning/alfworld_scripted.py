@@ -145,8 +145,11 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Callabl
 def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: float = 0.2, seed: int = 0,
                 sample_seed: int = 0, data: str | None = None, workers: int = 2, batch_size: int = 32,
                 max_steps: int = 20, runs_dir: str | None = None, examples: str | None = None,
-                train_split: str = "train") -> list[dict[str, Any]]:
+                train_split: str = "train", resume: bool = False) -> list[dict[str, Any]]:
     """Play the sample with each method through `run_benchmark`; one row per method (summary and report).
+
+    With `resume`, a method whose run in `runs_dir` (same settings) did not finish continues it
+    from its last committed batch instead of starting over (`unfinished_run`).
 
     Each row: method, games, epochs, p0, accuracy per epoch, last-epoch accuracy, final CSR, the
     learning report's epochs, its last epoch's existed/recalled/selected, seconds, and the run
@@ -175,7 +178,9 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
             config = BenchConfig(benchmark=BENCHMARK, method=method, epochs=epochs, batch_size=batch_size, data=data,
                                  seed=seed, options=options)
             started = time.perf_counter()
-            summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers)
+            unfinished = unfinished_run(runs_dir, config) if resume and runs_dir else None
+            summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers,
+                                    resume=str(unfinished) if unfinished else None)
             report = learning_report(Path(summary["bank"]).parent)
             last = report["epochs"][-1]
             rows.append({"method": method, "games": len(tasks), "epochs": epochs, "p0": p0,
@@ -185,6 +190,22 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                          "last_selected": last["selected"], "seconds": round(time.perf_counter() - started, 1),
                          "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
     return rows
+
+
+def unfinished_run(runs_dir: str, config: Any) -> Path | None:
+    """The newest run directory under `runs_dir` with exactly `config`'s settings and no summary yet."""
+    from dataclasses import asdict
+
+    wanted = json.loads(json.dumps(asdict(config)))
+    found = []
+    for path in Path(runs_dir).glob("*/config.json"):
+        try:
+            stored = json.loads(path.read_text())["config"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if stored == wanted and not (path.parent / "summary.json").exists():
+            found.append(path.parent)
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def main() -> None:
@@ -200,11 +221,16 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="ALFWorld data [the shared archive].")
     parser.add_argument("--examples", default=None, help="Few-shot examples file [built from training games].")
     parser.add_argument("--runs-dir", default=None, help="Keep the run directories here [a temporary directory].")
+    parser.add_argument("--resume", action="store_true",
+                        help="Continue each method's unfinished run in --runs-dir (same settings) instead of a new one.")
     parser.add_argument("--json", action="store_true", help="Print the rows as JSON.")
     args = parser.parse_args()
+    if args.resume and not args.runs_dir:
+        parser.error("--resume needs --runs-dir (where the unfinished runs are)")
     rows = run_methods([m.strip() for m in args.methods.split(",") if m.strip()], games=args.games,
                        epochs=args.epochs, p0=args.p0, seed=args.seed, sample_seed=args.sample_seed, data=args.data,
-                       workers=args.workers, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples)
+                       workers=args.workers, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples,
+                       resume=args.resume)
     if args.json:
         print(json.dumps(rows, indent=2))
         return
