@@ -31,7 +31,7 @@ from memrl_cli.ledger import Ledger
 from memrl_cli.receipts import Retrieval, Retriever
 from memrl_cli.records import IngestResult, MemoryInput, Progress
 from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.store import Store, index_names, is_server_url, open_store
+from memrl_cli.store import INDEX_NAMES, Store, is_server_url, open_store
 from memrl_cli.vectors import BankVectors
 
 # Names other modules import from here (the facade), though they live in the parts.
@@ -59,8 +59,8 @@ class MemoryBank:
     def __init__(self, path: str | os.PathLike[str], embedder: str | None = None, *, index: str = "auto",
                  readonly: bool = False, create: bool = True) -> None:
         location = os.fspath(path)
-        if index not in index_names():
-            raise MemrlError(f"index must be one of {', '.join(index_names())}, got {index!r}")
+        if index not in INDEX_NAMES:
+            raise MemrlError(f"index must be one of {', '.join(INDEX_NAMES)}, got {index!r}")
         self.readonly = readonly
         self.store: Store = open_store(location, readonly=readonly, create=create)
         self.path = self.store.location

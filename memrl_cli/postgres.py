@@ -58,8 +58,10 @@ class PgConnection:
         self.raw = raw
 
     def execute(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> Any:
-        """Run one statement; returns the psycopg cursor (fetchone, fetchall, iteration, description)."""
-        return self.raw.execute(_pg_sql(sql), tuple(args)) if args else self.raw.execute(sql)
+        """Run one statement; returns the psycopg cursor (fetchone, fetchall, iteration, description).
+        Results come in binary format: a vector then loads with one numpy call instead of parsing
+        its text (~8x the time of the whole read for 384-d vectors)."""
+        return self.raw.execute(_pg_sql(sql), tuple(args), binary=True) if args else self.raw.execute(sql, binary=True)
 
     def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> Any:
         """Run one statement for each row."""

@@ -20,7 +20,7 @@ from memrl_cli.retrieve import phase_a
 
 SHORTLIST_PER_K1 = 50  # bit index: memories re-scored in float, per recalled memory,
 SHORTLIST_SHARE = 200  # … or one in this many memories,
-SHORTLIST_MIN = 1000  # … and at least this many;
+SHORTLIST_MIN = 1000  # … and at least this many
 SHORTLIST_PER_CANDIDATE = 4  # a wide search (grouped recall) re-scores at least this many per memory it returns
 
 

@@ -354,12 +354,9 @@ def open_store(location: str, *, readonly: bool = False, create: bool = True) ->
 
 SQLITE_INDEXES = ("auto", "numpy", "bit", "vec")  # `SqliteStore.indexes`
 POSTGRES_INDEXES = ("auto", "exact", "hnsw")  # `PostgresStore.indexes`
+INDEX_NAMES = tuple(dict.fromkeys(SQLITE_INDEXES + POSTGRES_INDEXES))  # every engine's: a bank refuses any other
 
 
-def index_names() -> tuple[str, ...]:
-    """Every engine's `index=` choices: a bank refuses any other before opening its location (without
-    importing either engine's module: this runs on every bank open)."""
-    return tuple(dict.fromkeys(SQLITE_INDEXES + POSTGRES_INDEXES))
 
 
 def check_index_change(kind: str) -> None:

@@ -13,7 +13,7 @@ from bank_parts import connect, seed, unit
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
 from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.store import check_index_change, index_names
+from memrl_cli.store import INDEX_NAMES, check_index_change
 
 
 def exact(vectors: np.ndarray, query: np.ndarray, k: int) -> list[int]:
@@ -84,12 +84,12 @@ def test_the_engine_index_is_built_used_and_dropped(bank_at: Callable[[str], str
 
 def test_the_store_answers_for_its_engine(bank_at: Callable[[str], str]) -> None:
     store = connect(bank_at("b")).store
-    assert set(index_names()) == {"auto", "numpy", "bit", "vec", "exact", "hnsw"}
+    assert set(INDEX_NAMES) == {"auto", "numpy", "bit", "vec", "exact", "hnsw"}
     assert all(store.index_problem(mode) is None for mode in store.indexes if mode != "vec" or store.vec.loaded)
-    other = next(m for m in index_names() if m not in store.indexes)
+    other = next(m for m in INDEX_NAMES if m not in store.indexes)
     assert store.index_problem(other) == (f"index={other} is not available for a {store.kind} bank; "
                                           f"use one of {', '.join(store.indexes)}")
-    assert [m for m in index_names() if store.is_engine_index(m)] == (["vec"] if "vec" in store.indexes else ["hnsw"])
+    assert [m for m in INDEX_NAMES if store.is_engine_index(m)] == (["vec"] if "vec" in store.indexes else ["hnsw"])
     assert store.unusable_index() is None
     check_index_change("none")
     with pytest.raises(MemrlError, match="index must be vec or none"):

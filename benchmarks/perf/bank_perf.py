@@ -319,13 +319,13 @@ def measure(sizes: list[int], queries: int, folder: Path, params: RetrieveParams
     return results
 
 
-def measure_rewards_only(n: int, folder: Path, seed: int = 0,
-                         rewards: tuple[int, int, int] = (20, 1000, 20_000)) -> dict[str, Any]:
+def measure_rewards_only(n: int, folder: Path, seed: int = 0, rewards: tuple[int, int, int] = (20, 1000, 20_000),
+                         progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
     """The reward figures of `measure` on a bank of `n` memories built as `measure` builds it."""
     rng = np.random.default_rng(seed)
-    print(f"building a bank of {n} memories", file=sys.stderr)
+    progress(f"building a bank of {n} memories")
     build_bank(folder / "rewards.db", clustered_vectors(rng, n))
-    print("rewards", file=sys.stderr)
+    progress("rewards")
     return {"dim": DIM, "rewards": measure_rewards(folder, *rewards, rng=rng)}
 
 
@@ -342,12 +342,16 @@ def main() -> None:
                         help="Only the reward figures, on a bank of the largest size (the 1M target without the rest).")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
+
+    def report(message: str) -> None:
+        print(message, file=sys.stderr)
+
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
         if args.rewards_only:
-            results = measure_rewards_only(sizes[-1], Path(scratch), args.seed)
+            results = measure_rewards_only(sizes[-1], Path(scratch), args.seed, progress=report)
         else:
             results = measure(sizes, args.queries, Path(scratch), RetrieveParams(), args.seed,
-                              (args.embed_texts, args.embed_rounds), progress=lambda m: print(m, file=sys.stderr))
+                              (args.embed_texts, args.embed_rounds), progress=report)
     results["machine"] = {"python": platform.python_version(), "platform": platform.platform(),
                           "sqlite": sqlite3.sqlite_version}
     print(json.dumps(results, indent=2))

@@ -33,7 +33,16 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = settings.names(BenchConfig) - {"benchmark", "method", "config_file"}
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+
+
+def configs_dir() -> Path:
+    """configs/: inside the installed package (a wheel carries it there), else at the checkout's top."""
+    here = Path(__file__).resolve()
+    installed = here.parents[1] / "configs"
+    return installed if installed.is_dir() else here.parents[3] / "configs"
+
+
+CONFIGS = configs_dir()
 
 
 def default_config(name: str) -> str | None:
