@@ -13,7 +13,8 @@ reported too). Then:
 - **KNN latency**: p50/p99 of `bank.retrieve(..., vector=q, record=False)` for PostgreSQL exact
   search, PostgreSQL HNSW (built first: its build time is reported; recall@k1 against exact), the
   SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed
-  interleaved query by query so that load from other jobs hits all alike; plus the engines' bare
+  interleaved query by query, in an order rotated per query (the first search of a query reads its
+  cold pages), so that load from other jobs and cold caches hit all alike; plus the engines' bare
   KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL, for k1 rows and (HNSW) for the
   pool × SEARCH_WIDTH rows a grouped retrieve searches.
 - **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -137,25 +139,28 @@ def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrievePara
         samples: dict[str, list[float]] = {name: [] for name in (*RETRIEVERS, *BARE_KNN)}
         found = dict.fromkeys(RETRIEVERS, 0)
         expected = 0
-        for q in queries:
+        for n, q in enumerate(queries):
             as_list = q.tolist()
-            exact: set[int] | None = None
-            for name, bank in banks.items():
+            got: dict[str, set[int]] = {}
+
+            def retrieve(name: str) -> None:
+                hit = banks[name].retrieve("perf query", params, vector=as_list, record=False)
+                got[name] = {c.memory_id for c in hit.candidates}
+
+            timed: list[tuple[str, Callable[[], Any]]] = [(name, functools.partial(retrieve, name)) for name in banks]
+            # the engine's KNN alone, without the rest of a retrieve: for k1 rows, and the pool × SEARCH_WIDTH
+            # rows (ids only) a grouped retrieve searches
+            timed += [(f"pg_{mode}_knn", functools.partial(banks[f"pg_{mode}"].store.knn, q, params.k1, mode))
+                      for mode in ("exact", "hnsw")]
+            timed.append(("pg_hnsw_knn_grouped",
+                          functools.partial(banks["pg_hnsw"].store.knn, q, params.pool * SEARCH_WIDTH, "hnsw")))
+            for name, call in timed[n % len(timed):] + timed[:n % len(timed)]:  # no one always first (cold pages)
                 start = time.perf_counter()
-                hit = bank.retrieve("perf query", params, vector=as_list, record=False)
+                call()
                 samples[name].append(time.perf_counter() - start)
-                got = {c.memory_id for c in hit.candidates}
-                if exact is None:  # pg_exact comes first
-                    exact = got
-                    expected += len(exact)
-                found[name] += len(got & exact)
-            for mode in ("exact", "hnsw"):  # the engine's KNN alone, without the rest of a retrieve
-                start = time.perf_counter()
-                banks[f"pg_{mode}"].store.knn(q, params.k1, mode)
-                samples[f"pg_{mode}_knn"].append(time.perf_counter() - start)
-            start = time.perf_counter()  # the KNN a grouped retrieve makes: pool × SEARCH_WIDTH rows, ids only
-            banks["pg_hnsw"].store.knn(q, params.pool * SEARCH_WIDTH, "hnsw")
-            samples["pg_hnsw_knn_grouped"].append(time.perf_counter() - start)
+            expected += len(got["pg_exact"])
+            for name in RETRIEVERS:
+                found[name] += len(got[name] & got["pg_exact"])
         out: dict[str, Any] = {"queries": len(queries)}
         for name in RETRIEVERS:
             out[name] = {**percentiles(samples[name]), "recall_at_k1": found[name] / max(expected, 1)}
