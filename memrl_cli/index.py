@@ -84,20 +84,23 @@ class SearchIndex:
         retrieval may return: never a quarantined memory, and with `sources`, only memories whose
         source matches one of these shell-style patterns (`Store.matches`). `recalled`: see
         `MatrixIndex.search` (the bit index's shortlist when the search is wider than the recall)."""
-        db, mode = self.db, self.mode
-        hidden = self.quarantined()
-        if mode not in IN_PROCESS and (mode != "auto" or db.cached("index_ready", db.store.index_ready)):
-            if mode == "auto":  # the engine index the bank records (cached)
-                mode = db.cached("index_kind", lambda: db.store.index_info()["kind"])
-            ids, sims = db.store.knn(vector, k1, mode, hidden, sources)
-            return phase_a(sims, ids, k1, threshold)
-        if mode == "auto" and "numpy-scan" not in self.warnings:
+        found = self._engine_search(vector, k1, threshold, sources, vectors=False)
+        if found is not None:
+            return phase_a(found[1], found[0], k1, threshold)
+        return self._scan_search(vector, k1, threshold, sources, recalled)
+
+    def _scan_search(self, vector: np.ndarray, k1: int, threshold: float, sources: Sequence[str],
+                     recalled: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """`search` in this process, over the in-process index (`MatrixIndex`)."""
+        db = self.db
+        if self.mode == "auto" and "numpy-scan" not in self.warnings:
             problem = db.store.unusable_index()
             if problem is not None:
                 self.warnings.append("numpy-scan")
                 print(f"memrl: warning: {problem}", file=sys.stderr)
         scan = self._load_matrix()
         mask = None
+        hidden = self.quarantined()
         if len(hidden) or sources:
             mask = ~np.isin(scan.ids, hidden)
             if sources:
@@ -105,6 +108,17 @@ class SearchIndex:
                 mask &= np.isin(scan.ids, [r[0] for r in db.conn.execute(
                     f"SELECT id FROM memories WHERE {condition}", args)])
         return scan.search(vector, k1, threshold, mask, recalled)
+
+    def _engine_search(self, vector: np.ndarray, k: int, threshold: float, sources: Sequence[str],
+                       vectors: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """`Store.knn` of the k nearest at or above `threshold` (with their stored vectors if asked),
+        when the engine searches this bank; None when it is searched in this process."""
+        db, mode = self.db, self.mode
+        if mode in IN_PROCESS or (mode == "auto" and not db.cached("index_ready", db.store.index_ready)):
+            return None
+        if mode == "auto":  # the engine index the bank records (cached)
+            mode = db.cached("index_kind", lambda: db.store.index_info()["kind"])
+        return db.store.knn(vector, k, mode, self.quarantined(), sources, threshold, vectors)
 
     def quarantined(self) -> np.ndarray:
         """Ids of the quarantined memories, ascending (see `memrl_cli.hygiene`)."""
@@ -117,15 +131,21 @@ class SearchIndex:
         if params.recall == "memories":
             ids, sims = self.search(vector, params.k1, params.threshold, params.sources)
             return ids.tolist(), sims.tolist()
-        ids, sims = self.search(vector, min(4096, max(params.k1, params.pool) * SEARCH_WIDTH), params.threshold,
-                                params.sources, recalled=params.k1)
+        width = min(4096, max(params.k1, params.pool) * SEARCH_WIDTH)
+        found = self._engine_search(vector, width, params.threshold, params.sources, vectors=True)
+        if found is not None:  # the vectors came with the search (group_recall sorts the rows itself)
+            ids, sims, stored = found
+        else:
+            ids, sims = self._scan_search(vector, width, params.threshold, params.sources, params.k1)
+            stored = None
         if not len(ids):
             return [], []
-        return group_recall(ids, sims, self._stored_vectors(ids), params.k1, params.group_threshold, params.pool)
+        vectors = self._stored_vectors(ids) if stored is None else stored
+        return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
 
     def _stored_vectors(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of `ids`, in order: rows of the in-process index when it holds them all
-        (stored vectors never change), else one read."""
+        (stored vectors never change), else one read (inside a write, rows not yet committed)."""
         held = self.scan.ids
         rows = np.minimum(np.searchsorted(held, ids), max(len(held) - 1, 0))
         if len(held) and np.array_equal(held[rows], ids):

@@ -26,6 +26,7 @@ from memrl_cli.store import POSTGRES_INDEXES, Store, redact
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
 HNSW_EF_SEARCH = 200  # recall@k1 0.99 at 100k on clustered vectors (0.95 at 100); docs/performance.md
+HNSW_EF_SEARCH_MAX = 1000  # pgvector's largest hnsw.ef_search: wider searches continue by iterative scan
 CHANGES = "meta_version"  # meta key: a counter bumped by every write of meta or of new memories
 # Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.records), after its ordinal `id`.
 COPY_TYPES = {"q": "float8", "q_init": "float8", "visits": "int8", "id": "int8", "embedding": "vector"}
@@ -126,7 +127,7 @@ class PostgresStore(Store):
             if readonly:
                 raw.execute("SET default_transaction_read_only = on")
             check_meta(self.conn)
-            self._tune_hnsw(int((self.meta("index") or {}).get("ef_search", HNSW_EF_SEARCH)))
+            self.tune_hnsw(int((self.meta("index") or {}).get("ef_search", HNSW_EF_SEARCH)))
         except psycopg.Error as exc:
             raw.close()
             raise self.error(exc) from None
@@ -134,10 +135,11 @@ class PostgresStore(Store):
             raw.close()
             raise
 
-    def _tune_hnsw(self, ef_search: int) -> None:
+    def tune_hnsw(self, ef_search: int) -> None:
         """Session settings of HNSW scans (also for an index another process builds later): the
-        candidate list, and (pgvector >= 0.8) iterative scans, so that LIMIT k returns k rows
-        even when k exceeds ef_search."""
+        candidate list (a search for k > ef_search rows sets k for itself: `knn`), and (pgvector
+        >= 0.8) iterative scans, so that LIMIT k returns k rows past filters and past 1,000."""
+        self.ef_search = ef_search
         self.conn.execute(f"SET hnsw.ef_search = {ef_search}")
         if (self._pgvector() or (0,)) >= (0, 8):
             self.conn.execute("SET hnsw.iterative_scan = relaxed_order")  # the bank re-sorts by similarity
@@ -315,28 +317,58 @@ class PostgresStore(Store):
         self.conn.execute("CREATE INDEX IF NOT EXISTS memories_hnsw ON memories USING hnsw "
                           "(embedding vector_cosine_ops)")
         self.set_meta("index", {"kind": "hnsw", "ef_search": HNSW_EF_SEARCH, "dim": dim})
-        self._tune_hnsw(HNSW_EF_SEARCH)
+        self.tune_hnsw(HNSW_EF_SEARCH)
 
     def drop_index(self) -> None:
         self.conn.execute("DROP INDEX IF EXISTS memories_hnsw")
         self.delete_meta("index")
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
-            sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+            sources: Sequence[str] = (), threshold: float | None = None,
+            vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """`mode` exact adds 0 to the distance, which the HNSW index cannot serve: a scan, always exact.
-        Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k)."""
+        Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k). The
+        rows below `threshold` (and their vectors) stay on the server; results are read in binary."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
-        distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
+        distance = "embedding <=> %s" if hnsw else "(embedding <=> %s) + 0"
         conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
-        args: list[str] = []
+        args: list[Any] = []
         if sources:
             condition, args = self.matches("source", sources)
-            conditions.append(condition)
+            conditions.append(_pg_sql(condition))
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        rows = self.conn.execute(f"SELECT id, {distance} AS d FROM memories{where} ORDER BY d LIMIT ?",
-                                 (self.encode(vector), *args, k)).fetchall()
-        return (np.array([r[0] for r in rows], dtype=np.int64),
-                1.0 - np.array([r[1] for r in rows], dtype=np.float64))
+        knn = f"SELECT id, {distance} AS d{', embedding' if vectors else ''} FROM memories{where} ORDER BY d LIMIT %s"
+        sql, args = knn, [self.encode(vector), *args, k]
+        if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
+            sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= %s", [*args, 1.0 - threshold + 1e-9]
+        if hnsw and k > self.ef_search:  # a list of k, not the iterative scan past ef_search (2x slower)
+            rows = self._with_ef_search(min(k, HNSW_EF_SEARCH_MAX), sql, args)
+        else:
+            rows = self.conn.raw.cursor(binary=True).execute(sql, args).fetchall()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
+        keep = slice(None) if threshold is None else np.flatnonzero(sims >= np.float64(threshold))
+        found = self.decode([r[2] for r in rows])[keep] if vectors else None
+        return ids[keep], sims[keep], found
+
+    def _with_ef_search(self, ef_search: int, sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+        """The rows of one HNSW query run with `hnsw.ef_search` set for it alone (SET LOCAL in its own
+        transaction, or inside the caller's and then set back), all in one round trip (a pipeline)."""
+        raw = self.conn.raw
+        outside = raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+        try:
+            with raw.pipeline():
+                if outside:
+                    raw.execute("BEGIN READ ONLY")
+                raw.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+                cursor = raw.cursor(binary=True)
+                cursor.execute(sql, args)
+                raw.execute("COMMIT" if outside else f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
+        except BaseException:
+            if outside:
+                self.rollback()
+            raise
+        return cursor.fetchall()
 
     # -- the bank's `index=` choices (Store) ----------------------------------------------
 

@@ -293,10 +293,13 @@ class Store(BankViews, BankRepairs, RunRecords):
         raise NotImplementedError
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
-            sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, cosine similarities) of the k nearest memories, best first, searched by the engine;
-        never the `hidden` ids (the quarantined memories), and with `sources`, only memories whose
-        source matches one of those patterns (`matches`)."""
+            sources: Sequence[str] = (), threshold: float | None = None,
+            vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(ids, cosine similarities, stored vectors) of the k nearest memories, best first, searched
+        by the engine; never the `hidden` ids (the quarantined memories), with `sources`, only memories
+        whose source matches one of those patterns (`matches`), and with `threshold`, only those of the
+        k whose similarity is at least that. The vectors (a float32 row each) are read in the same
+        query when `vectors` asks for them, else None."""
         raise NotImplementedError
 
     def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:

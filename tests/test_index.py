@@ -12,7 +12,8 @@ from bank_parts import connect, seed, unit
 
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.embed import normalise
+from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams, group_recall
 from memrl_cli.store import INDEX_NAMES, check_index_change
 
 
@@ -80,6 +81,61 @@ def test_the_engine_index_is_built_used_and_dropped(bank_at: Callable[[str], str
     assert not store.has_index(kind)
     with pytest.raises(MemrlError, match="no sqlite-vec index to rebuild"):
         index.rebuild()
+
+
+def recall_in_two_reads(index: SearchIndex, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
+    """Grouped recall as it was before issue 17: the search, then a second read of the vectors."""
+    ids, sims = index.search(vector, max(params.k1, params.pool) * SEARCH_WIDTH, params.threshold, params.sources,
+                             recalled=params.k1)
+    if not len(ids):
+        return [], []
+    stored = {r[0]: r[1] for r in index.db.by_ids("id, embedding", "memories", ids.tolist())}
+    vectors = index.db.store.decode([stored[i] for i in ids.tolist()])
+    return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
+
+
+def test_grouped_recall_reads_the_vectors_with_the_engine_search_and_recalls_the_same(
+        bank_at: Callable[[str], str]) -> None:
+    """The engine's search returns the stored vectors of the rows at or above the threshold in the
+    same query: grouped recall is unchanged (ids, similarities, order) against two reads and against
+    the in-process scan, with filters, duplicates, and searches wider than HNSW's ef_search."""
+    db = connect(bank_at("b"))
+    store = db.store
+    rng = np.random.default_rng(3)
+    centres = unit(12, dim=16, seed=3)
+    vectors = normalise(centres[rng.integers(0, 12, 500)] + 0.25 * rng.normal(size=(500, 16))).astype(np.float32)
+    vectors[21:25] = vectors[20]  # identical vectors: one group
+    seed(db, vectors[:250], source="agent-a")
+    seed(db, vectors[250:], source="agent-b")
+    with db.transaction() as conn:
+        conn.execute("UPDATE memories SET quarantined_at = 'now' WHERE id IN (7, 22, 301)")
+    queries = normalise(vectors[[20, 5, 260, 499]] + 0.1 * rng.normal(size=(4, 16)))
+    cases = [RetrieveParams(threshold=-1.0), RetrieveParams(threshold=0.6, sources=("*-b",)),
+             RetrieveParams(k1=3, pool=100, threshold=0.2, group_threshold=0.8)]  # 400 rows searched
+    numpy = SearchIndex(db, "numpy", [])
+    kind = next(m for m in store.indexes if store.is_engine_index(m))
+    modes = ["exact"] if kind == "hnsw" else []
+    if not store.index_problem(kind):
+        modes.append(kind)
+    for mode in modes:
+        index = SearchIndex(db, mode, [])
+        index.ensure(readonly=False)
+        if mode == "hnsw":  # a 500-row table is cheaper to scan: make the planner use the index
+            store.conn.execute("SET enable_seqscan = off")
+            assert len(store.knn(queries[0], 400, mode)[0]) == 400  # more than ef_search (200): a list of 400
+        for params in cases:
+            for query in queries:
+                got = index.recall(query, params)
+                assert got == recall_in_two_reads(index, query, params), (mode, params)
+                if mode != "hnsw":  # exact search: what the in-process scan recalls
+                    want = numpy.recall(query, params)
+                    assert got[0] == want[0] and got[1] == pytest.approx(want[1], abs=1e-6), (mode, params)
+                    assert not set(got[0]) & {7, 22, 301} and min(got[1], default=1.0) >= params.threshold
+        if mode == "hnsw":  # the wider list was set for that query alone, also inside a transaction
+            assert store.conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "200"
+            with db.transaction():
+                index.recall(queries[0], cases[2])
+                assert store.conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "200"
 
 
 def test_the_store_answers_for_its_engine(bank_at: Callable[[str], str]) -> None:

@@ -305,17 +305,18 @@ def test_two_processes_rewarding_one_receipt_one_wins(pg_dsn: str) -> None:
 
 
 def vector_searches(bank: MemoryBank, monkeypatch: pytest.MonkeyPatch, query: np.ndarray) -> list[tuple[str, tuple]]:
-    """The (SQL, arguments) of the vector searches one retrieval sends to the server."""
+    """The (SQL, arguments) of the vector searches one retrieval sends to the server (psycopg's dialect)."""
     seen: list[tuple[str, tuple]] = []
-    execute = bank.conn.execute
+    cursor = type(bank.store.conn.raw.cursor())
+    execute = cursor.execute
 
-    def recording(sql: str, args: tuple = ()) -> Any:
-        if "<=>" in sql:
-            seen.append((sql, tuple(args)))
-        return execute(sql, args)
+    def recording(self: Any, sql: str, args: Any = None, **kwargs: Any) -> Any:
+        if "<=>" in str(sql):
+            seen.append((str(sql), tuple(args or ())))
+        return execute(self, sql, args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(bank.conn, "execute", recording)
+        patch.setattr(cursor, "execute", recording)
         bank.retrieve("q", RetrieveParams(k1=10, threshold=-1.0), vector=query.tolist(), record=False)
     return seen
 
@@ -337,7 +338,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
         plans = {}
         for name, bank in (("hnsw", hnsw), ("exact", exact)):
             [(sql, args)] = vector_searches(bank, monkeypatch, queries[0])
-            plans[name] = " ".join(r[0] for r in bank.conn.execute("EXPLAIN " + sql, args).fetchall())
+            plans[name] = " ".join(r[0] for r in bank.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
         assert "memories_hnsw" in plans["hnsw"] and "memories_hnsw" not in plans["exact"], plans
 
         for k1 in (10, 250):  # 250 > hnsw.ef_search (200): iterative scans still return k1 candidates
@@ -506,7 +507,8 @@ def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path
     assert results[0] == results[1]
 
 
-def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str) -> None:
+def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A retrieve reads the change counter once, not every meta value; a change made through another
     bank object (another process's connection) is seen on the next call."""
     vectors = normalise(np.random.default_rng(2).normal(size=(20, DIM)).astype(np.float32))
@@ -514,12 +516,19 @@ def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str) -
         writer.ingest_many([{"intent": f"m{k}", "experience": "e", "vector": v.tolist()}
                             for k, v in enumerate(vectors[:10])])
         reader.retrieve("q", vector=vectors[0].tolist(), record=False)
+        cursor = type(reader.store.conn.raw.cursor())
+        execute = cursor.execute
         statements: list[str] = []
-        execute = reader.conn.execute
-        reader.conn.execute = lambda sql, args=(): statements.append(sql) or execute(sql, args)  # type: ignore[method-assign]
-        reader.retrieve("q", vector=vectors[0].tolist(), record=False)
+
+        def recording(self: Any, sql: str, args: Any = None, **kwargs: Any) -> Any:
+            statements.append(str(sql))
+            return execute(self, sql, args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(cursor, "execute", recording)
+            reader.retrieve("q", vector=vectors[0].tolist(), record=False)
         assert [s for s in statements if "FROM meta" in s] == [statements[0]]  # the counter, once
-        assert len(statements) == 4  # counter, KNN, the neighbours' vectors (grouped recall), the candidates' rows
+        assert len(statements) == 3  # counter, KNN with the neighbours' vectors (grouped recall), candidates' rows
         writer.calibrate(mean=0.5, std=0.25)
         assert reader.similarity_stats() == (0.5, 0.25)
         assert reader.count() == 10

@@ -13,8 +13,10 @@ reported too). Then:
 - **KNN latency**: p50/p99 of `bank.retrieve(..., vector=q, record=False)` for PostgreSQL exact
   search, PostgreSQL HNSW (built first: its build time is reported; recall@k1 against exact), the
   SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed
-  interleaved query by query so that load from other jobs hits all alike; plus the engines' bare
-  KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL.
+  interleaved query by query, in an order rotated per query (the first search of a query reads its
+  cold pages), so that load from other jobs and cold caches hit all alike; plus the engines' bare
+  KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL, for k1 rows and (HNSW) for the
+  pool × SEARCH_WIDTH rows a grouped retrieve searches.
 - **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
   (the bank's default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -44,11 +47,13 @@ import numpy as np
 from benchmarks.perf.bank_perf import build_bank, clustered_vectors, near_queries, percentiles
 from memrl_cli.bank import MemoryBank
 from memrl_cli.inspection import verify
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.postgres import PostgresStore
+from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams
 
 MODES = ("hot", "random")
 ENGINES = ("postgresql", "sqlite")
 RETRIEVERS = ("pg_exact", "pg_hnsw", "sqlite_numpy", "sqlite_vec")
+BARE_KNN = ("pg_exact_knn", "pg_hnsw_knn", "pg_hnsw_knn_grouped")
 EF_SEARCH = (100, 200, 400, 800, 1000)  # hnsw.ef_search values swept for recall@k1 against latency
 
 
@@ -131,29 +136,35 @@ def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrievePara
     try:
         for bank in banks.values():  # warm-up: connections, the in-process matrix, pages
             bank.retrieve("warm-up", params, vector=queries[0].tolist(), record=False)
-        samples: dict[str, list[float]] = {name: [] for name in (*RETRIEVERS, "pg_exact_knn", "pg_hnsw_knn")}
+        samples: dict[str, list[float]] = {name: [] for name in (*RETRIEVERS, *BARE_KNN)}
         found = dict.fromkeys(RETRIEVERS, 0)
         expected = 0
-        for q in queries:
+        for n, q in enumerate(queries):
             as_list = q.tolist()
-            exact: set[int] | None = None
-            for name, bank in banks.items():
+            got: dict[str, set[int]] = {}
+
+            def retrieve(name: str) -> None:
+                hit = banks[name].retrieve("perf query", params, vector=as_list, record=False)
+                got[name] = {c.memory_id for c in hit.candidates}
+
+            timed: list[tuple[str, Callable[[], Any]]] = [(name, functools.partial(retrieve, name)) for name in banks]
+            # the engine's KNN alone, without the rest of a retrieve: for k1 rows, and the pool × SEARCH_WIDTH
+            # rows (ids only) a grouped retrieve searches
+            timed += [(f"pg_{mode}_knn", functools.partial(banks[f"pg_{mode}"].store.knn, q, params.k1, mode))
+                      for mode in ("exact", "hnsw")]
+            timed.append(("pg_hnsw_knn_grouped",
+                          functools.partial(banks["pg_hnsw"].store.knn, q, params.pool * SEARCH_WIDTH, "hnsw")))
+            for name, call in timed[n % len(timed):] + timed[:n % len(timed)]:  # no one always first (cold pages)
                 start = time.perf_counter()
-                hit = bank.retrieve("perf query", params, vector=as_list, record=False)
+                call()
                 samples[name].append(time.perf_counter() - start)
-                got = {c.memory_id for c in hit.candidates}
-                if exact is None:  # pg_exact comes first
-                    exact = got
-                    expected += len(exact)
-                found[name] += len(got & exact)
-            for mode in ("exact", "hnsw"):  # the engine's KNN alone, without the rest of a retrieve
-                start = time.perf_counter()
-                banks[f"pg_{mode}"].store.knn(q, params.k1, mode)
-                samples[f"pg_{mode}_knn"].append(time.perf_counter() - start)
+            expected += len(got["pg_exact"])
+            for name in RETRIEVERS:
+                found[name] += len(got[name] & got["pg_exact"])
         out: dict[str, Any] = {"queries": len(queries)}
         for name in RETRIEVERS:
             out[name] = {**percentiles(samples[name]), "recall_at_k1": found[name] / max(expected, 1)}
-        for name in ("pg_exact_knn", "pg_hnsw_knn"):
+        for name in BARE_KNN:
             out[name] = percentiles(samples[name])
         return out
     finally:
@@ -168,7 +179,8 @@ def hnsw_sweep(pg: str, queries: np.ndarray, params: RetrieveParams, efs: tuple[
                   .candidates} for q in queries]
         out = []
         for ef in efs:
-            bank.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            assert isinstance(bank.store, PostgresStore)
+            bank.store.tune_hnsw(int(ef))  # a grouped retrieve searches max(ef, its width) (PostgresStore.knn)
             bank.retrieve("warm-up", params, vector=queries[0].tolist(), record=False)
             samples, found = [], 0
             for q, want in zip(queries, exact):
