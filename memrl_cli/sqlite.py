@@ -320,8 +320,9 @@ class SqliteStore(Store):
             sources: Sequence[str] = (), threshold: float | None = None,
             vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """sqlite-vec filters by `memory_id IN (…)` before its top k, but not by NOT IN: the hidden
-        (few) are fetched in excess and dropped, or excluded by IN when they are too many. The
-        vectors are the index's copies of the stored ones."""
+        (few) are fetched in excess and dropped, or excluded by IN when they are too many. No
+        vectors (None, whatever `vectors` asks): reading sqlite-vec's copies in the KNN made a grouped
+        retrieve at 100k 1.37x slower than the caller's own read of the stored rows."""
         hidden = np.zeros(0, dtype=np.int64) if hidden is None else hidden
         conditions: list[str] = []
         args: list[str] = []
@@ -333,17 +334,14 @@ class SqliteStore(Store):
             conditions.append("quarantined_at IS NULL")
             fetch = k
         where = f" AND memory_id IN (SELECT id FROM memories WHERE {' AND '.join(conditions)})" if conditions else ""
-        rows = self.conn.execute(f"SELECT memory_id, distance{', embedding' if vectors else ''} FROM memory_index "
-                                 f"WHERE embedding MATCH ? AND k = ?{where}", (self.encode(vector), fetch, *args)).fetchall()
+        rows = self.conn.execute(f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}",
+                                 (self.encode(vector), fetch, *args)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
         keep = np.flatnonzero(~np.isin(ids, hidden))[:k]
         if threshold is not None:
             keep = keep[sims[keep] >= np.float64(threshold)]
-        found = None
-        if vectors:
-            found = self.decode([rows[i][2] for i in keep]) if len(keep) else np.zeros((0, len(vector)), np.float32)
-        return ids[keep], sims[keep], found
+        return ids[keep], sims[keep], None
 
     def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
         """GLOB, with `[` made literal (`[[]`)."""

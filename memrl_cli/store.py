@@ -299,7 +299,8 @@ class Store(BankViews, BankRepairs, RunRecords):
         by the engine; never the `hidden` ids (the quarantined memories), with `sources`, only memories
         whose source matches one of those patterns (`matches`), and with `threshold`, only those of the
         k whose similarity is at least that. The vectors (a float32 row each) are read in the same
-        query when `vectors` asks for them, else None."""
+        query when `vectors` asks for them and the engine reads them cheaply there, else None (the
+        caller reads them)."""
         raise NotImplementedError
 
     def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
