@@ -330,21 +330,21 @@ class PostgresStore(Store):
         Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k). The
         rows below `threshold` (and their vectors) stay on the server; results are read in binary."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
-        distance = "embedding <=> %s" if hnsw else "(embedding <=> %s) + 0"
+        distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
         conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
         args: list[Any] = []
         if sources:
             condition, args = self.matches("source", sources)
-            conditions.append(_pg_sql(condition))
+            conditions.append(condition)
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        knn = f"SELECT id, {distance} AS d{', embedding' if vectors else ''} FROM memories{where} ORDER BY d LIMIT %s"
+        knn = f"SELECT id, {distance} AS d{', embedding' if vectors else ''} FROM memories{where} ORDER BY d LIMIT ?"
         sql, args = knn, [self.encode(vector), *args, k]
         if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
-            sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= %s", [*args, 1.0 - threshold + 1e-9]
+            sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?", [*args, 1.0 - threshold + 1e-9]
         if hnsw and k > self.ef_search:  # a list of k, not the iterative scan past ef_search (2x slower)
             rows = self._with_ef_search(min(k, HNSW_EF_SEARCH_MAX), sql, args)
         else:
-            rows = self.conn.raw.cursor(binary=True).execute(sql, args).fetchall()
+            rows = self.conn.execute(sql, args).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
         keep = slice(None) if threshold is None else np.flatnonzero(sims >= np.float64(threshold))
@@ -362,7 +362,7 @@ class PostgresStore(Store):
                     raw.execute("BEGIN READ ONLY")
                 raw.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
                 cursor = raw.cursor(binary=True)
-                cursor.execute(sql, args)
+                cursor.execute(_pg_sql(sql), args)
                 raw.execute("COMMIT" if outside else f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
         except BaseException:
             if outside:
