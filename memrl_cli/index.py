@@ -140,10 +140,10 @@ class SearchIndex:
             stored = None
         if not len(ids):
             return [], []
-        vectors = self._stored_vectors(ids) if stored is None else stored
+        vectors = self.stored_vectors(ids) if stored is None else stored
         return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
 
-    def _stored_vectors(self, ids: np.ndarray) -> np.ndarray:
+    def stored_vectors(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of `ids`, in order: rows of the in-process index when it holds them all
         (stored vectors never change), else one read (inside a write, rows not yet committed)."""
         held = self.scan.ids

@@ -19,7 +19,8 @@ from memrl_cli.store_views import CHUNK
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
 from memrl_cli.records import check_text, now
-from memrl_cli.retrieve import CONDITIONED, Candidate, RetrieveParams, conditioned_utility, phase_b
+from memrl_cli.retrieve import (CONDITIONED, SAME_INTENT, Candidate, RetrieveParams, conditioned_utility, phase_b,
+                                transfer_record)
 from memrl_cli.vectors import BankVectors
 
 
@@ -107,18 +108,28 @@ class Retriever:
         return retrieval.id
 
     def condition(self, candidates: list[Candidate], query_vec: np.ndarray, selector: str = "conditioned") -> None:
-        """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger)."""
+        """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger);
+        for `conditioned-t`, also its transfer record (those queries' cosines to its own intent)."""
         past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
+        elsewhere: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         ids = sorted(past)
+        intents = dict(zip(ids, self.index.stored_vectors(np.array(ids, dtype=np.int64)))) \
+            if selector == "conditioned-t" else {}
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
             for mid, reward, blob in self.db.conn.execute(
                     "SELECT w.memory_id, w.reward, r.query_vector FROM rewards w JOIN retrievals r ON r.id = w.retrieval_id "
                     f"WHERE w.kind = 'reward' AND r.query_vector IS NOT NULL AND w.memory_id IN ({','.join('?' * len(chunk))})",
                     chunk):
-                past[mid].append((float(np.frombuffer(bytes(blob), dtype=np.float32) @ query_vec), float(reward)))
+                past_query = np.frombuffer(bytes(blob), dtype=np.float32)
+                past[mid].append((float(past_query @ query_vec), float(reward)))
+                if intents:
+                    elsewhere[mid].append((float(past_query @ intents[mid]), float(reward)))
         for c in candidates:
-            c.utility = conditioned_utility(c.q, past[c.memory_id], selector) if past[c.memory_id] else None
+            c.transfer = transfer_record(elsewhere[c.memory_id])
+            elsewhere_here = bool(intents) and float(intents[c.memory_id] @ query_vec) < SAME_INTENT
+            c.utility = conditioned_utility(c.q, past[c.memory_id], selector, c.transfer if elsewhere_here else 0.0) \
+                if past[c.memory_id] else None
 
     def write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
                       candidates: list[Candidate], selected: list[Candidate], explored: bool,

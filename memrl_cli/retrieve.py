@@ -31,7 +31,12 @@ constants here, which is why users could not reproduce their numbers.
   z(Q) is; ties go to the newest memory;
 * `conditioned-n`, `conditioned-nz`: `conditioned`, `conditioned-z` with a neutral prior: the
   pseudo-observation (and the utility of a memory never rewarded) is 0, a never-rewarded memory's
-  Q, instead of the memory's own Q, so a Q earned at dissimilar queries does not count for this one.
+  Q, instead of the memory's own Q, so a Q earned at dissimilar queries does not count for this one;
+* `conditioned-t`: `conditioned-n` where, for a query that is not the memory's own task (cosine
+  < SAME_INTENT to its intent), the pseudo-observation is the memory's *transfer record* instead
+  of 0: the mean reward of its uses for tasks other than its own, shrunk to 0 with CONDITION_PRIOR
+  pseudo-observations. A memory that helped other tasks is worth trying for a new one, one that
+  misled them is not; at its own task the prior stays 0 and that task's rewards decide.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -55,9 +60,11 @@ from memrl_cli.validators import is_finite, is_whole
 
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
-SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n", "conditioned-nz")
-CONDITIONED = ("conditioned", "conditioned-z", "conditioned-n", "conditioned-nz")  # need the query-conditioned utility
-NEUTRAL = ("conditioned-n", "conditioned-nz")  # conditioned utilities with a neutral prior (0) instead of Q
+SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
+             "conditioned-t")
+CONDITIONED = ("conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
+               "conditioned-t")  # need the query-conditioned utility
+OWN_Q_PRIOR = ("conditioned", "conditioned-z")  # conditioned utilities shrunk to the memory's own Q
 STANDARDISED = ("conditioned-z", "conditioned-nz")  # conditioned utilities standardised over the candidates
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
 Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
@@ -65,6 +72,7 @@ Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
 UCB_BONUS = 1.0  # optimism, in z units, for a never-rewarded memory
 CONDITION_TAU = 0.02  # query-similarity kernel width of `conditioned`
 CONDITION_PRIOR = 1.0  # pseudo-observations of the memory's own Q behind `conditioned`
+SAME_INTENT = 0.99  # `conditioned-t`: a query this close to a memory's intent is the memory's own task
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,7 @@ class Candidate:
     selected_rank: int | None = None
     visits: int = 0
     utility: float | None = None  # `conditioned`: the query-conditioned utility
+    transfer: float = 0.0  # `conditioned-t`: the memory's transfer record (`transfer_record`)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -194,7 +203,7 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
     if params.selector == "memrl":
         return zscores(qs, clip=Z_CLIP)
     if params.selector in CONDITIONED:
-        fallback = [0.0 if params.selector in NEUTRAL else c.q for c in candidates]  # never rewarded
+        fallback = [c.q if params.selector in OWN_Q_PRIOR else 0.0 for c in candidates]  # never rewarded
         utility = np.array([f if c.utility is None else c.utility for c, f in zip(candidates, fallback)],
                            dtype=np.float64)
         if params.selector in STANDARDISED:
@@ -215,13 +224,23 @@ def shrunk_q_stats(count: int, mean: float, mean_square: float, q_init: float = 
     return shrunk_mean, math.sqrt(shrunk_var)
 
 
-def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: str = "conditioned") -> float:
+def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: str = "conditioned",
+                        transfer: float = 0.0) -> float:
     """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals,
-    shrunk to the memory's Q (to 0 for the `NEUTRAL` selectors) with CONDITION_PRIOR pseudo-observations."""
+    shrunk with CONDITION_PRIOR pseudo-observations to the memory's Q, to 0 (`conditioned-n`, `conditioned-nz`)
+    or to its `transfer` record (`conditioned-t`)."""
     weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
     total = sum(w * r for w, (_, r) in zip(weights, rewards))
-    prior = 0.0 if selector in NEUTRAL else q
+    prior = q if selector in OWN_Q_PRIOR else transfer if selector == "conditioned-t" else 0.0
     return (total + CONDITION_PRIOR * prior) / (sum(weights) + CONDITION_PRIOR)
+
+
+def transfer_record(rewards: list[tuple[float, float]]) -> float:
+    """A memory's help to tasks other than its own: the mean reward of its uses at queries whose
+    cosine to its intent is below SAME_INTENT, from (that cosine, reward) of its rewarded retrievals,
+    shrunk to 0 with CONDITION_PRIOR pseudo-observations (0 when it was never used elsewhere)."""
+    elsewhere = [r for cos, r in rewards if cos < SAME_INTENT]
+    return sum(elsewhere) / (len(elsewhere) + CONDITION_PRIOR)
 
 
 def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tuple[float, float],

@@ -523,6 +523,8 @@ def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_pa
     assert "\nActions: " in experience  # the script carries the game's actions: that is what the agent follows
     assert row["accuracy"][2] > row["accuracy"][1] == 0.5
     assert row["report"][1]["selected"] == 2  # both epoch-2 wins were rewarded with useful memories selected
+    # ground truth: only the game won in epoch 1 had its own script in the bank, recalled, injected, and won with it
+    assert row["own_script"] == {"wins": 2, "existed": 1, "recalled": 1, "selected": 1, "selected_won": 1}
     (Path(row["run_dir"]) / "summary.json").unlink()  # as if killed before the end: --resume continues this run
     [again] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=6, data=str(data_root), workers=0, batch_size=2,
                           max_steps=8, runs_dir=str(tmp_path), examples=str(AUTHORS_EXAMPLES),

@@ -29,7 +29,7 @@ def tie_bank(location: str) -> tuple[MemoryBank, list[int], list[int]]:
 
 @pytest.mark.parametrize("k2", [1, 3])
 @pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n",
-                                      "conditioned-nz"])
+                                      "conditioned-nz", "conditioned-t"])
 def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2):
     bank, failures, successes = tie_bank(bank_at("b"))
     params = RetrieveParams(k1=5, k2=k2, selector=selector)
@@ -67,6 +67,48 @@ def test_neutral_prior_ignores_q_earned_at_other_queries(bank_at, selector, chos
         got = bank.retrieve("this task", params, vector=here.tolist())
     assert {c.memory_id for c in got.candidates} == {foreign, failed, untried}
     assert [m["id"] for m in got.memories] == [{"foreign": foreign, "own untried": untried}[chosen]]
+
+
+@pytest.mark.parametrize("selector, reward, chosen", [("conditioned-t", 1.0, "foreign"),
+                                                     ("conditioned-t", -1.0, "own untried"),
+                                                     ("conditioned-n", 1.0, "own untried")])
+def test_transfer_record_carries_help_given_to_other_tasks(bank_at, selector, reward, chosen):
+    """A memory used twice for another task than its own (cos 0.7 to its intent) with `reward` carries
+    that record to a third task (cos 0.49 to the second: the kernel gives it no weight) under
+    `conditioned-t`, and beats the third task's untried memory iff it helped; `conditioned-n` ignores it."""
+    bank = MemoryBank(bank_at("b"), "external:test:8")
+    own, second = np.eye(8)[0], 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[1]
+    third = 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[2]
+    params = RetrieveParams(k2=1, selector=selector, sim_mean=0.5, sim_std=0.5)
+    with bank:
+        [foreign] = [r.id for r in bank.ingest_many([{"intent": "its own task", "experience": "x",
+                                                       "vector": own.tolist()}])]
+        for _ in range(2):
+            bank.reward(reward, retrieval_id=bank.retrieve("second task", params, vector=second.tolist()).id)
+        [untried] = [r.id for r in bank.ingest_many([{"intent": "third task", "experience": "z",
+                                                       "vector": third.tolist()}])]
+        got = bank.retrieve("third task", params, vector=third.tolist())
+    assert {c.memory_id for c in got.candidates} == {foreign, untried}
+    transfer = {c.memory_id: c.transfer for c in got.candidates}
+    assert transfer == ({foreign: pytest.approx(2 * reward / 3), untried: 0.0} if selector == "conditioned-t"
+                        else {foreign: 0.0, untried: 0.0})
+    assert [m["id"] for m in got.memories] == [{"foreign": foreign, "own untried": untried}[chosen]]
+
+
+def test_transfer_record_is_no_prior_at_the_memorys_own_task(bank_at):
+    """Failures for another task lower a memory's utility there and for third tasks, not at its own task."""
+    bank = MemoryBank(bank_at("b"), "external:test:8")
+    own, second = np.eye(8)[0], 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[1]
+    third = 0.7 * np.eye(8)[0] + np.sqrt(0.51) * np.eye(8)[2]
+    params = RetrieveParams(k2=1, selector="conditioned-t", sim_mean=0.5, sim_std=0.5)
+    with bank:
+        [memory] = [r.id for r in bank.ingest_many([{"intent": "its own task", "experience": "x", "vector": own.tolist()}])]
+        for _ in range(2):
+            bank.reward(-1.0, retrieval_id=bank.retrieve("second task", params, vector=second.tolist()).id)
+        utility = {name: bank.retrieve(name, params, vector=v.tolist(), record=False).candidates[0].utility
+                   for name, v in (("its own task", own), ("third task", third))}
+    assert utility["its own task"] == pytest.approx(0.0, abs=1e-6)
+    assert utility["third task"] == pytest.approx(-2 / 3, abs=1e-6)
 
 
 def test_recall_by_memories_freezes_on_the_oldest(bank_at):

@@ -183,13 +183,50 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                                     resume=str(unfinished) if unfinished else None)
             report = learning_report(Path(summary["bank"]).parent)
             last = report["epochs"][-1]
+            own = own_script_counts(Path(summary["bank"]).parent, tasks)
             rows.append({"method": method, "games": len(tasks), "epochs": epochs, "p0": p0,
                          "accuracy": summary["accuracy"], "last_epoch_accuracy": summary["last_epoch_accuracy"],
                          "final_csr": summary["final_csr"], "report": report["epochs"],
                          "last_existed": last["existed"], "last_recalled": last["recalled"],
-                         "last_selected": last["selected"], "seconds": round(time.perf_counter() - started, 1),
+                         "last_selected": last["selected"], "own_script": own, "seconds": round(time.perf_counter() - started, 1),
                          "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
     return rows
+
+
+def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
+    """Ground truth for the last epoch of a run: its wins, and how many of its episodes had a memory
+    carrying their own game's actions (a success script of the same game) that existed in the bank
+    when the episode's retrieval ran, was recalled (a Phase-A candidate), was selected (injected),
+    and was selected in an episode that won."""
+    from memrl_cli import runs
+    from memrl_cli.bank import MemoryBank
+    from memrl_cli.report import run_location
+
+    own_line = {t.id: actions_line(load_walkthrough(t.payload)) for t in tasks}
+    run_id, location = run_location(run_dir)
+    with MemoryBank(location, create=False) as bank:
+        episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
+        memories = bank.store.conn.execute("SELECT id, experience, created_at FROM memories").fetchall()
+        receipts: dict[int, tuple[str, set[int], set[int]]] = {}
+        for retrieval_id, created_at, memory_id, rank in bank.store.training_receipts(run_id):
+            _, recalled, selected = receipts.setdefault(retrieval_id, (created_at, set(), set()))
+            if memory_id is not None:
+                recalled.add(memory_id)
+                if rank is not None:
+                    selected.add(memory_id)
+    last = max(e["epoch"] for e in episodes)
+    counts = {"wins": 0, "existed": 0, "recalled": 0, "selected": 0, "selected_won": 0}
+    for episode in (e for e in episodes if e["epoch"] == last):
+        counts["wins"] += int(episode["success"])
+        if episode["retrieval_id"] not in receipts:
+            continue
+        at, recalled, selected = receipts[episode["retrieval_id"]]
+        own = {m for m, text, created in memories if own_line[episode["task_id"]] in text.splitlines() and created <= at}
+        counts["existed"] += bool(own)
+        counts["recalled"] += bool(own & recalled)
+        counts["selected"] += bool(own & selected)
+        counts["selected_won"] += bool(own & selected) and bool(episode["success"])
+    return counts
 
 
 def unfinished_run(runs_dir: str, config: Any) -> Path | None:
@@ -235,11 +272,13 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(f"{rows[0]['games']} games x {args.epochs} epochs, p0 = {args.p0}")
-    print("method      last-epoch acc  CSR    existed recalled selected (last epoch)  accuracy per epoch")
+    print("method      last-epoch acc  CSR    existed recalled selected  own script e/r/s/won  accuracy per epoch"
+          "  (last epoch)")
     for r in rows:
         curve = " ".join(f"{v:.2f}" for v in r["accuracy"].values())
+        own = "/".join(str(r["own_script"][k]) for k in ("existed", "recalled", "selected", "selected_won"))
         print(f"{r['method']:<11} {r['last_epoch_accuracy']:>14.3f}  {r['final_csr']:.3f}  {r['last_existed']:>7} "
-              f"{r['last_recalled']:>8} {r['last_selected']:>8}                 {curve}")
+              f"{r['last_recalled']:>8} {r['last_selected']:>8}  {own:>20}  {curve}")
 
 
 if __name__ == "__main__":
