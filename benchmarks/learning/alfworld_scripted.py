@@ -206,7 +206,8 @@ def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
     run_id, location = run_location(run_dir)
     with MemoryBank(location, create=False) as bank:
         episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
-        memories = bank.store.conn.execute("SELECT id, experience, created_at FROM memories").fetchall()
+        texts = bank.store.experiences()
+        created = bank.store.created_at(sorted(texts))
         receipts: dict[int, tuple[str, set[int], set[int]]] = {}
         for retrieval_id, created_at, memory_id, rank in bank.store.training_receipts(run_id):
             _, recalled, selected = receipts.setdefault(retrieval_id, (created_at, set(), set()))
@@ -221,7 +222,7 @@ def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
         if episode["retrieval_id"] not in receipts:
             continue
         at, recalled, selected = receipts[episode["retrieval_id"]]
-        own = {m for m, text, created in memories if own_line[episode["task_id"]] in text.splitlines() and created <= at}
+        own = {m for m, text in texts.items() if own_line[episode["task_id"]] in text.splitlines() and created[m] <= at}
         counts["existed"] += bool(own)
         counts["recalled"] += bool(own & recalled)
         counts["selected"] += bool(own & selected)
