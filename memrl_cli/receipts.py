@@ -19,8 +19,8 @@ from memrl_cli.store_views import CHUNK
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
 from memrl_cli.records import check_text, now
-from memrl_cli.retrieve import (CONDITIONED, SAME_INTENT, Candidate, RetrieveParams, conditioned_utility, phase_b,
-                                transfer_record)
+from memrl_cli.retrieve import (CONDITIONED, SAME_INTENT, TRANSFER, Candidate, RetrieveParams, conditioned_utility,
+                                phase_b, transfer_record)
 from memrl_cli.vectors import BankVectors
 
 
@@ -114,7 +114,7 @@ class Retriever:
         elsewhere: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         ids = sorted(past)
         intents = dict(zip(ids, self.index.stored_vectors(np.array(ids, dtype=np.int64)))) \
-            if selector == "conditioned-t" else {}
+            if selector in TRANSFER else {}
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
             for mid, reward, blob in self.db.conn.execute(

@@ -36,7 +36,9 @@ constants here, which is why users could not reproduce their numbers.
   < SAME_INTENT to its intent), the pseudo-observation is the memory's *transfer record* instead
   of 0: the mean reward of its uses for tasks other than its own, shrunk to 0 with CONDITION_PRIOR
   pseudo-observations. A memory that helped other tasks is worth trying for a new one, one that
-  misled them is not; at its own task the prior stays 0 and that task's rewards decide.
+  misled them is not; at its own task the prior stays 0 and that task's rewards decide;
+* `conditioned-ts`: `conditioned-t` with the utility divided by 1/Z_CLIP instead of Q_PRIOR_STD, so
+  a utility of ±1 weighs ±3 in z units, the range of the paper's z(Q) (and of z(sim) at its clip).
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -61,9 +63,10 @@ from memrl_cli.validators import is_finite, is_whole
 Z_CLIP = 3.0
 RECALLS = ("groups", "memories")
 SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
-             "conditioned-t")
+             "conditioned-t", "conditioned-ts")
 CONDITIONED = ("conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
-               "conditioned-t")  # need the query-conditioned utility
+               "conditioned-t", "conditioned-ts")  # need the query-conditioned utility
+TRANSFER = ("conditioned-t", "conditioned-ts")  # conditioned utilities with the transfer record as the prior elsewhere
 OWN_Q_PRIOR = ("conditioned", "conditioned-z")  # conditioned utilities shrunk to the memory's own Q
 STANDARDISED = ("conditioned-z", "conditioned-nz")  # conditioned utilities standardised over the candidates
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
@@ -208,7 +211,7 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
                            dtype=np.float64)
         if params.selector in STANDARDISED:
             return zscores(utility, clip=Z_CLIP)
-        return zscores(utility, 0.0, Q_PRIOR_STD, clip=Z_CLIP)
+        return zscores(utility, 0.0, 1.0 / Z_CLIP if params.selector == "conditioned-ts" else Q_PRIOR_STD, clip=Z_CLIP)
     z = zscores(qs, q_stats[0], q_stats[1])
     if params.selector == "ucb":
         z = z + UCB_BONUS / np.sqrt(1.0 + np.array([c.visits for c in candidates], dtype=np.float64))
@@ -231,7 +234,7 @@ def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: 
     or to its `transfer` record (`conditioned-t`)."""
     weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
     total = sum(w * r for w, (_, r) in zip(weights, rewards))
-    prior = q if selector in OWN_Q_PRIOR else transfer if selector == "conditioned-t" else 0.0
+    prior = q if selector in OWN_Q_PRIOR else transfer if selector in TRANSFER else 0.0
     return (total + CONDITION_PRIOR * prior) / (sum(weights) + CONDITION_PRIOR)
 
 

@@ -29,7 +29,7 @@ def tie_bank(location: str) -> tuple[MemoryBank, list[int], list[int]]:
 
 @pytest.mark.parametrize("k2", [1, 3])
 @pytest.mark.parametrize("selector", ["memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n",
-                                      "conditioned-nz", "conditioned-t"])
+                                      "conditioned-nz", "conditioned-t", "conditioned-ts"])
 def test_tied_intent_successes_get_selected_after_rewards(bank_at, selector, k2):
     bank, failures, successes = tie_bank(bank_at("b"))
     params = RetrieveParams(k1=5, k2=k2, selector=selector)

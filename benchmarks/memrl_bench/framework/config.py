@@ -27,10 +27,11 @@ METHODS["pass@k"] = None  # the authors' pass@k: no memory, each epoch retries o
 UNREWARDED = {"memp", "reflexion", "self-rag"}  # memory methods that learn no utility
 MEMORYLESS = {"none", "pass@k"}
 METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5, "memrl-ctxz": 0.5, "memrl-ctxn": 0.5,
-                "memrl-ctxnz": 0.5, "memrl-ctxt": 0.5})  # improved Phase-B selectors (docs/learning.md)
+                "memrl-ctxnz": 0.5, "memrl-ctxt": 0.5, "memrl-ctxts": 0.5})  # improved Phase-B selectors (docs/learning.md)
 SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned",
              "memrl-ctxz": "conditioned-z", "memrl-ctxn": "conditioned-n",
-             "memrl-ctxnz": "conditioned-nz", "memrl-ctxt": "conditioned-t"}  # method → Phase-B selector
+             "memrl-ctxnz": "conditioned-nz", "memrl-ctxt": "conditioned-t",
+             "memrl-ctxts": "conditioned-ts"}  # method → Phase-B selector
 
 
 def _at_least_1(name: str, value: Any) -> None:
