@@ -12,7 +12,7 @@ from memrl_bench.framework.config import METHODS, SELECTORS, BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
-from benchmarks.learning.table import ADAPTER, NO_LLM, run
+from benchmarks.learning.table import ADAPTER, NO_LLM, _pm, mean_se, run
 from memrl_cli.bank import MemoryBank
 from memrl_cli.retrieve import RetrieveParams
 
@@ -201,3 +201,11 @@ def test_improved_methods_resume_with_identical_metrics(tmp_path, method):
     with MemoryBank(str(run_dir / "bank.db"), index="numpy") as bank:
         params = [json.loads(p) for (p,) in bank.conn.execute("SELECT params FROM retrievals")]
     assert {p["selector"] for p in params} == {SELECTORS[method]}
+
+
+def test_a_tie_prints_as_a_tie():
+    """Paired differences that cancel (as in a scenario where two methods win the same episodes) are 0,
+    not float noise that prints as -0.000 and reads as a loss."""
+    assert sum([0.1, 0.2, -0.3]) != 0.0
+    assert mean_se([0.1, 0.2, -0.3])[0] == 0.0
+    assert _pm(mean_se([0.1, 0.2, -0.3])).startswith("+0.000 ± ")

@@ -70,8 +70,9 @@ def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and its standard error (0 with one value)."""
-    return mean(values), (stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
+    """Mean and its standard error (0 with one value). The mean is rounded to 12 decimals: accuracies
+    are counts of episodes over a few hundred, so float noise (a tie printed as -0.000) is no difference."""
+    return round(mean(values), 12) + 0.0, (stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
 
 
 def parse_seeds(text: str) -> list[int]:
