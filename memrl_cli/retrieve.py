@@ -37,7 +37,7 @@ constants here, which is why users could not reproduce their numbers.
   of 0: the mean reward of its uses for tasks other than its own, shrunk to 0 with CONDITION_PRIOR
   pseudo-observations. A memory that helped other tasks is worth trying for a new one, one that
   misled them is not; at its own task the prior stays 0 and that task's rewards decide;
-* `conditioned-ts`: `conditioned-t` with the utility divided by 1/Z_CLIP instead of Q_PRIOR_STD, so
+* `conditioned-ts`: `conditioned-t` with the utility divided by WIDE_SCALE instead of Q_PRIOR_STD, so
   a utility of ±1 weighs ±3 in z units, the range of the paper's z(Q) (and of z(sim) at its clip).
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
@@ -76,6 +76,7 @@ UCB_BONUS = 1.0  # optimism, in z units, for a never-rewarded memory
 CONDITION_TAU = 0.02  # query-similarity kernel width of `conditioned`
 CONDITION_PRIOR = 1.0  # pseudo-observations of the memory's own Q behind `conditioned`
 SAME_INTENT = 0.99  # `conditioned-t`: a query this close to a memory's intent is the memory's own task
+WIDE_SCALE = 1.0 / Z_CLIP  # `conditioned-ts`: a utility of ±1 is ±Z_CLIP in z units, the paper's z(Q) range
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Candidate:
     selected_rank: int | None = None
     visits: int = 0
     utility: float | None = None  # `conditioned`: the query-conditioned utility
-    transfer: float = 0.0  # `conditioned-t`: the memory's transfer record (`transfer_record`)
+    transfer: float = 0.0  # `conditioned-t`, `conditioned-ts`: the memory's transfer record (`transfer_record`)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -211,7 +212,7 @@ def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tupl
                            dtype=np.float64)
         if params.selector in STANDARDISED:
             return zscores(utility, clip=Z_CLIP)
-        return zscores(utility, 0.0, 1.0 / Z_CLIP if params.selector == "conditioned-ts" else Q_PRIOR_STD, clip=Z_CLIP)
+        return zscores(utility, 0.0, WIDE_SCALE if params.selector == "conditioned-ts" else Q_PRIOR_STD, clip=Z_CLIP)
     z = zscores(qs, q_stats[0], q_stats[1])
     if params.selector == "ucb":
         z = z + UCB_BONUS / np.sqrt(1.0 + np.array([c.visits for c in candidates], dtype=np.float64))
@@ -231,7 +232,7 @@ def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: 
                         transfer: float = 0.0) -> float:
     """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals,
     shrunk with CONDITION_PRIOR pseudo-observations to the memory's Q, to 0 (`conditioned-n`, `conditioned-nz`)
-    or to its `transfer` record (`conditioned-t`)."""
+    or to its `transfer` record (the `TRANSFER` selectors)."""
     weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
     total = sum(w * r for w, (_, r) in zip(weights, rewards))
     prior = q if selector in OWN_Q_PRIOR else transfer if selector in TRANSFER else 0.0
