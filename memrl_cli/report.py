@@ -48,7 +48,7 @@ def learning_report(run_dir: str | Path) -> dict[str, Any]:
         episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
         useful = _useful_memories(bank, run_id)
         created = bank.store.created_at(sorted({m for ids in useful.values() for m in ids}))
-        receipts = _receipts(bank, run_id)
+        receipts = training_receipts(bank, run_id)
     epochs: dict[int, dict[str, Any]] = {}
     for episode in episodes:
         row = epochs.setdefault(episode["epoch"], {f: 0 for f in EPOCH_FIELDS} | {"epoch": episode["epoch"]})
@@ -77,7 +77,7 @@ def _useful_memories(bank: MemoryBank, run_id: str) -> dict[str, set[int]]:
     return useful
 
 
-def _receipts(bank: MemoryBank, run_id: str) -> dict[int, dict[str, Any]]:
+def training_receipts(bank: MemoryBank, run_id: str) -> dict[int, dict[str, Any]]:
     """retrieval id → its time, Phase-A candidates and Phase-B selection, for the run's training episodes."""
     receipts: dict[int, dict[str, Any]] = {}
     for retrieval_id, created_at, memory_id, selected_rank in bank.store.training_receipts(run_id):

@@ -188,7 +188,8 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                          "accuracy": summary["accuracy"], "last_epoch_accuracy": summary["last_epoch_accuracy"],
                          "final_csr": summary["final_csr"], "report": report["epochs"],
                          "last_existed": last["existed"], "last_recalled": last["recalled"],
-                         "last_selected": last["selected"], "own_script": own, "seconds": round(time.perf_counter() - started, 1),
+                         "last_selected": last["selected"], "own_script": own,
+                         "seconds": round(time.perf_counter() - started, 1),
                          "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
     return rows
 
@@ -200,33 +201,29 @@ def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
     and was selected in an episode that won."""
     from memrl_cli import runs
     from memrl_cli.bank import MemoryBank
-    from memrl_cli.report import run_location
+    from memrl_cli.report import run_location, training_receipts
 
-    own_line = {t.id: actions_line(load_walkthrough(t.payload)) for t in tasks}
     run_id, location = run_location(run_dir)
     with MemoryBank(location, create=False) as bank:
         episodes = [e for e in runs.episodes(bank, run_id) if e["phase"] == "train"]
         texts = bank.store.experiences()
         created = bank.store.created_at(sorted(texts))
-        receipts: dict[int, tuple[str, set[int], set[int]]] = {}
-        for retrieval_id, created_at, memory_id, rank in bank.store.training_receipts(run_id):
-            _, recalled, selected = receipts.setdefault(retrieval_id, (created_at, set(), set()))
-            if memory_id is not None:
-                recalled.add(memory_id)
-                if rank is not None:
-                    selected.add(memory_id)
+        receipts = training_receipts(bank, run_id)
+    scripts = {m: set(text.splitlines()) for m, text in texts.items()}
+    own_scripts = {t.id: {m for m, lines in scripts.items() if actions_line(load_walkthrough(t.payload)) in lines}
+                   for t in tasks}
     last = max(e["epoch"] for e in episodes)
     counts = {"wins": 0, "existed": 0, "recalled": 0, "selected": 0, "selected_won": 0}
     for episode in (e for e in episodes if e["epoch"] == last):
         counts["wins"] += int(episode["success"])
-        if episode["retrieval_id"] not in receipts:
+        receipt = receipts.get(episode["retrieval_id"])
+        if receipt is None:
             continue
-        at, recalled, selected = receipts[episode["retrieval_id"]]
-        own = {m for m, text in texts.items() if own_line[episode["task_id"]] in text.splitlines() and created[m] <= at}
+        own = {m for m in own_scripts[episode["task_id"]] if created[m] <= receipt["created_at"]}
         counts["existed"] += bool(own)
-        counts["recalled"] += bool(own & recalled)
-        counts["selected"] += bool(own & selected)
-        counts["selected_won"] += bool(own & selected) and bool(episode["success"])
+        counts["recalled"] += bool(own & receipt["candidates"])
+        counts["selected"] += bool(own & receipt["selected"])
+        counts["selected_won"] += bool(own & receipt["selected"]) and bool(episode["success"])
     return counts
 
 
