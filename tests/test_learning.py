@@ -12,7 +12,7 @@ from memrl_bench.framework.config import METHODS, SELECTORS, BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
-from benchmarks.learning.table import ADAPTER, NO_LLM, _pm, mean_se, run
+from benchmarks.learning.table import ADAPTER, NO_LLM, _pm, mean_se, non_inferiority, run
 from memrl_cli.bank import MemoryBank
 from memrl_cli.retrieve import RetrieveParams
 
@@ -209,3 +209,13 @@ def test_a_tie_prints_as_a_tie():
     assert sum([0.1, 0.2, -0.3]) != 0.0
     assert mean_se([0.1, 0.2, -0.3])[0] == 0.0
     assert _pm(mean_se([0.1, 0.2, -0.3])).startswith("+0.000 ± ")
+
+
+def test_non_inferiority_is_the_lower_bound_above_minus_the_margin():
+    """Level within the margin holds; a mean above −margin with too wide an interval does not; a row
+    that was not paired with a reference gets no verdict for it."""
+    row = {"vs_memrl": mean_se([0.0, -0.02, 0.02, -0.01, 0.01]), "vs_rag": mean_se([-0.04, 0.0, -0.08, 0.04, -0.12])}
+    verdicts = non_inferiority(row, margin=0.05)
+    assert verdicts["memrl"]["holds"] and verdicts["memrl"]["lower_bound"] == pytest.approx(-2 * row["vs_memrl"][1])
+    assert row["vs_rag"][0] > -0.05 and not verdicts["rag"]["holds"]
+    assert non_inferiority({"vs_rag": (0.1, 0.01)}, margin=0.05).keys() == {"rag"}

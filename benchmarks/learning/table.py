@@ -1,14 +1,16 @@
 """Methods × scenarios on the synthetic testbed, through the real harness.
 
     python -m benchmarks.learning.table [--epochs 6] [--seeds 0-9] [--methods memrl,rag,...]
-        [--scenarios a,b,c,d,e] [--out DIR] [--json] [--save FILE]
+        [--scenarios a,b,c,d,e] [--margin 0.05] [--out DIR] [--json] [--save FILE]
 
 Prints, per scenario and method, last-epoch accuracy (mean over seeds ± its standard error), its
 paired difference with `memrl` and with `rag` on the same seeds (mean ± standard error), CSR and,
 from the receipts of the last epoch, how often a useful memory existed in the bank, was recalled
 (Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck. The methods
 may include `oracle` and `oracle-recall`, the ceilings of benchmarks/learning/oracle.py (they read
-the true utility: measurement devices, not methods).
+the true utility: measurement devices, not methods). With `--margin M` it also prints, for every
+method paired with `memrl` or `rag`, whether it is non-inferior on each scenario: the lower end of
+its paired difference's confidence interval (mean − 2 standard errors, about 95%) above −M.
 """
 
 from __future__ import annotations
@@ -75,6 +77,21 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return round(mean(values), 12) + 0.0, (stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
 
 
+LOWER_BOUND_SES = 2.0  # mean − 2 SE: the lower end of a ~95% interval (Student's t at 59 df is 2.001)
+
+
+def lower_bound(pair: tuple[float, float]) -> float:
+    """Lower end of a paired difference's ~95% confidence interval: mean − 2 standard errors."""
+    return pair[0] - LOWER_BOUND_SES * pair[1]
+
+
+def non_inferiority(row: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
+    """Per reference the row was paired with (`memrl`, `rag`): the lower bound of the difference and
+    whether it lies above −`margin` (the row's method is then no worse than the reference by `margin`)."""
+    return {ref: {"lower_bound": lower_bound(row[f"vs_{ref}"]), "holds": lower_bound(row[f"vs_{ref}"]) > -margin}
+            for ref in ("memrl", "rag") if f"vs_{ref}" in row}
+
+
 def parse_seeds(text: str) -> list[int]:
     """Seeds as `0,1,2`, `0-9` or a mix (`0-3,10`)."""
     seeds: list[int] = []
@@ -115,6 +132,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,1,2 [0-9]")
     parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "self-rag"))  # needs an LLM
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--margin", type=float, default=None,
+                        help="Also test non-inferiority to memrl and rag with this margin (e.g. 0.05).")
     parser.add_argument("--out", default=None, help="Keep the runs here (default: a temporary directory).")
     parser.add_argument("--json", action="store_true", help="Print the rows as JSON.")
     parser.add_argument("--save", default=None, help="Also write the rows as JSON to this file.")
@@ -122,6 +141,9 @@ def main() -> None:
     seeds = parse_seeds(args.seeds)
     with tempfile.TemporaryDirectory() as tmp:
         rows = table(args.methods.split(","), args.scenarios.split(","), seeds, args.epochs, args.out or tmp)
+    if args.margin is not None:
+        for r in rows:
+            r["non_inferior"] = non_inferiority(r, args.margin)
     if args.save:
         Path(args.save).write_text(json.dumps(rows, indent=1))
     if args.json:
@@ -135,6 +157,12 @@ def main() -> None:
         print(f"| {r['scenario']} | {r['method']} | {r['accuracy']:.3f} ± {r['se']:.3f} | {_pm(r.get('vs_memrl'))} | "
               f"{_pm(r.get('vs_rag'))} | {r['csr']:.3f} | {r['existed']:.2f} | {r['recalled']:.2f} | "
               f"{r['selected']:.2f} |")
+    if args.margin is not None:
+        print(f"\nnon-inferiority, margin {args.margin}: lower bound (mean − 2 SE) of the paired difference > −margin")
+        for r in rows:
+            for ref, v in r["non_inferior"].items():
+                print(f"- {r['scenario']} {r['method']} vs {ref}: {v['lower_bound']:+.3f} "
+                      f"{'holds' if v['holds'] else 'FAILS'}")
 
 
 if __name__ == "__main__":
