@@ -9,7 +9,10 @@ reported too). Then:
   reward on one hot memory, and every reward on a random memory. Reported: updates per second
   (all rewards over the span from the first worker's start to the last one's end), lost
   updates (expected − Σ visits gained: must be 0), and `inspection.verify` (Q equals the replay
-  of its ledger for every memory). The same workload runs on the SQLite bank.
+  of its ledger for every memory). The same workload runs on the SQLite bank, and on PostgreSQL
+  as the engine's floor: the same jobs as bare statements of the same shape (lock a row, move its
+  Q, append a ledger row: one `UPDATE … RETURNING` feeding an `INSERT`, autocommit) on a copy of
+  the memories' ids and Q, through psycopg alone.
 - **KNN latency**: p50/p99 of `bank.retrieve(..., vector=q, record=False)` for PostgreSQL exact
   search, PostgreSQL HNSW (built first: its build time is reported; recall@k1 against exact), the
   SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed
@@ -24,7 +27,8 @@ The server is a throwaway `benchmarks.testing.pg_server.LocalPostgres`, or the s
 `MEMRL_PERF_PG_URL`: an admin `postgresql://` URL whose role may create databases (the run
 creates `memrl_perf_*` databases there and drops them at the end).
 
-    python -m benchmarks.perf.pg_perf [--memories 100000] [--queries 100] [--pg-url URL] [--out pg.json]
+    python -m benchmarks.perf.pg_perf [--memories 100000] [--queries 100] [--rewards-only] [--pg-url URL]
+        [--out pg.json]
 """
 
 from __future__ import annotations
@@ -71,7 +75,6 @@ def server(url: str | None) -> Iterator[str]:
 
 def _reward_worker(location: str, jobs: list[tuple[int, float]], barrier: Any, out: Any) -> None:
     """One process: open the bank, wait for the others, apply `jobs` one reward transaction each."""
-    errors: list[str] = []
     try:
         bank = MemoryBank(location)
         bank.count()
@@ -79,15 +82,40 @@ def _reward_worker(location: str, jobs: list[tuple[int, float]], barrier: Any, o
         barrier.abort()  # the parent and the other workers stop waiting
         raise
     with bank:
-        barrier.wait()
-        start = time.monotonic()
-        for memory_id, reward in jobs:
-            try:
-                bank.reward(reward, memory_ids=[memory_id], source="perf")
-            except Exception as exc:  # reported, not fatal: a failed reward is an error, not a lost update
-                errors.append(f"{type(exc).__name__}: {exc}")
-        end = time.monotonic()
-    out.put((start, end, errors))
+        _timed_jobs(lambda memory_id, reward: bank.reward(reward, memory_ids=[memory_id], source="perf"),
+                    jobs, barrier, out)
+
+
+# The floor of a reward on PostgreSQL: lock a row, move its Q, append a ledger row, in one autocommit statement.
+FLOOR_TABLES = ("memrl_perf_floor", "memrl_perf_floor_ledger")
+FLOOR_SQL = ("WITH moved AS (UPDATE memrl_perf_floor SET q = q + 0.3 * (%s - q) WHERE id = %s RETURNING id, q) "
+             "INSERT INTO memrl_perf_floor_ledger (memory_id, q_after) SELECT id, q FROM moved")
+
+
+def _floor_worker(url: str, jobs: list[tuple[int, float]], barrier: Any, out: Any) -> None:
+    """One process: a bare psycopg connection applying `jobs` as FLOOR_SQL statements."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(url, autocommit=True)
+    except BaseException:
+        barrier.abort()
+        raise
+    with conn:
+        _timed_jobs(lambda memory_id, reward: conn.execute(FLOOR_SQL, (reward, memory_id)), jobs, barrier, out)
+
+
+def _timed_jobs(apply: Callable[[int, float], Any], jobs: list[tuple[int, float]], barrier: Any, out: Any) -> None:
+    """Wait for the other workers, apply every job, put (start, end, errors) on `out`."""
+    errors: list[str] = []
+    barrier.wait()
+    start = time.monotonic()
+    for memory_id, reward in jobs:
+        try:
+            apply(memory_id, reward)
+        except Exception as exc:  # reported, not fatal: a failed reward is an error, not a lost update
+            errors.append(f"{type(exc).__name__}: {exc}")
+    out.put((start, time.monotonic(), errors))
 
 
 def visits_and_ledger(location: str) -> tuple[int, int]:
@@ -97,36 +125,68 @@ def visits_and_ledger(location: str) -> tuple[int, int]:
         return visits, int(bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0])
 
 
+def reward_jobs(ids: list[int], mode: str, count: int, rng: np.random.Generator) -> list[tuple[int, float]]:
+    """`count` (memory id, reward ±1) jobs: all on the first id (`hot`) or on random ones."""
+    targets = np.full(count, ids[0]) if mode == "hot" else rng.choice(ids, size=count)
+    return [(int(m), float(r)) for m, r in zip(targets, rng.choice([-1.0, 1.0], size=count))]
+
+
+def run_workers(worker: Callable[..., None], location: str, jobs: list[tuple[int, float]],
+                processes: int) -> tuple[float, list[str]]:
+    """Split `jobs` over `processes` spawned workers started together; (seconds from the first start to
+    the last end, errors)."""
+    per_process = len(jobs) // processes
+    context = multiprocessing.get_context("spawn")  # the parent may hold threads (BLAS, ONNX): no fork
+    barrier, out = context.Barrier(processes + 1), context.Queue()
+    workers = [context.Process(target=worker,
+                               args=(location, jobs[p * per_process:(p + 1) * per_process], barrier, out))
+               for p in range(processes)]
+    for process in workers:
+        process.start()
+    barrier.wait(timeout=300)
+    spans = [out.get(timeout=600) for _ in workers]
+    for process in workers:
+        process.join()
+    return max(s[1] for s in spans) - min(s[0] for s in spans), [e for s in spans for e in s[2]]
+
+
 def concurrent_rewards(location: str, ids: list[int], mode: str, processes: int, per_process: int,
                        rng: np.random.Generator) -> dict[str, Any]:
     """`processes` × `per_process` rewards on one hot memory or on random ones; throughput, losses, replay."""
     expected = processes * per_process
-    targets = np.full(expected, ids[0]) if mode == "hot" else rng.choice(ids, size=expected)
-    rewards = rng.choice([-1.0, 1.0], size=expected)
-    jobs = [(int(m), float(r)) for m, r in zip(targets, rewards)]
+    jobs = reward_jobs(ids, mode, expected, rng)
     visits_before, ledger_before = visits_and_ledger(location)
-    context = multiprocessing.get_context("spawn")  # the parent may hold threads (BLAS, ONNX): no fork
-    barrier, out = context.Barrier(processes + 1), context.Queue()
-    workers = [context.Process(target=_reward_worker,
-                               args=(location, jobs[p * per_process:(p + 1) * per_process], barrier, out))
-               for p in range(processes)]
-    for worker in workers:
-        worker.start()
-    barrier.wait(timeout=300)
-    spans = [out.get(timeout=600) for _ in workers]
-    for worker in workers:
-        worker.join()
-    start, end = min(s[0] for s in spans), max(s[1] for s in spans)
-    errors = [e for s in spans for e in s[2]]
+    seconds, errors = run_workers(_reward_worker, location, jobs, processes)
     visits_after, ledger_after = visits_and_ledger(location)
     with MemoryBank(location) as bank:
         check = verify(bank)
     return {"mode": mode, "processes": processes, "per_process": per_process, "expected": expected,
-            "seconds": end - start, "updates_per_s": (expected - len(errors)) / (end - start),
+            "seconds": seconds, "updates_per_s": (expected - len(errors)) / seconds,
             "errors": len(errors), "error_samples": errors[:3],
             "lost": expected - len(errors) - (visits_after - visits_before),
             "ledger_rows_added": ledger_after - ledger_before, "verify_ok": check["ok"],
             "verify_problems": check["problems"]}
+
+
+def reward_floor(pg: str, ids: list[int], mode: str, processes: int, per_process: int,
+                 rng: np.random.Generator) -> dict[str, Any]:
+    """The same workload as `concurrent_rewards` as bare FLOOR_SQL statements, on a copy of the bank's ids
+    and Q (dropped afterwards): what the engine does without memrl."""
+    import psycopg
+
+    expected = processes * per_process
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute("CREATE TABLE memrl_perf_floor AS SELECT id, q FROM memories")
+        conn.execute("ALTER TABLE memrl_perf_floor ADD PRIMARY KEY (id)")
+        conn.execute("CREATE TABLE memrl_perf_floor_ledger (id bigserial PRIMARY KEY, memory_id int8, q_after float8)")
+        try:
+            seconds, errors = run_workers(_floor_worker, pg, reward_jobs(ids, mode, expected, rng), processes)
+            rows = conn.execute("SELECT count(*) FROM memrl_perf_floor_ledger").fetchone()[0]
+        finally:
+            conn.execute(f"DROP TABLE {', '.join(FLOOR_TABLES)}")
+    return {"mode": mode, "processes": processes, "per_process": per_process, "expected": expected,
+            "seconds": seconds, "updates_per_s": (expected - len(errors)) / seconds, "errors": len(errors),
+            "error_samples": errors[:3], "ledger_rows_added": int(rows)}
 
 
 def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrieveParams) -> dict[str, Any]:
@@ -202,9 +262,9 @@ def table_sizes(pg: str) -> dict[str, int]:
 
 
 def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 100, processes: int = 8,
-            per_process: int = 500, seed: int = 0, folder: Path | None = None,
+            per_process: int = 500, seed: int = 0, folder: Path | None = None, rewards_only: bool = False,
             progress: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
-    """Every PostgreSQL figure and its SQLite counterpart, in one run."""
+    """Every PostgreSQL figure and its SQLite counterpart, in one run (`rewards_only`: ingest and rewards)."""
     from benchmarks.testing.pg_server import temporary_database
 
     rng = np.random.default_rng(seed)
@@ -222,13 +282,19 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         results["ingest_per_s"]["sqlite"] = build_bank(sqlite, vectors)
         locations = {"postgresql": pg, "sqlite": str(sqlite)}
         results["rewards"] = {}
+        ids: dict[str, list[int]] = {}
+        for engine in ENGINES:
+            with MemoryBank(locations[engine]) as bank:
+                ids[engine] = [int(r[0]) for r in bank.conn.execute("SELECT id FROM memories ORDER BY id")]
         for mode in MODES:
             for engine in ENGINES:
                 progress(f"{engine}: {processes} processes × {per_process} rewards, {mode} memory")
-                with MemoryBank(locations[engine]) as bank:
-                    ids = [int(r[0]) for r in bank.conn.execute("SELECT id FROM memories ORDER BY id")]
                 results["rewards"][f"{engine}_{mode}"] = concurrent_rewards(
-                    locations[engine], ids, mode, processes, per_process, rng)
+                    locations[engine], ids[engine], mode, processes, per_process, rng)
+            progress(f"PostgreSQL floor: {processes} processes × {per_process} bare statements, {mode} row")
+            results["rewards"][f"floor_{mode}"] = reward_floor(pg, ids["postgresql"], mode, processes, per_process, rng)
+        if rewards_only:
+            return results
         progress("PostgreSQL: building the HNSW index")
         with MemoryBank(pg) as bank:
             start = time.perf_counter()
@@ -257,11 +323,12 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=8, help="Reward processes [8].")
     parser.add_argument("--rewards", type=int, default=500, help="Rewards per process [500].")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rewards-only", action="store_true", help="Only ingest and rewards (no index, no retrieve).")
     parser.add_argument("--dir", default=None, help="Where to put the SQLite bank [a temporary directory].")
     parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
     args = parser.parse_args()
     results = measure(args.pg_url, args.memories, args.queries, args.processes, args.rewards, args.seed,
-                      None if args.dir is None else Path(args.dir), progress=lambda m: print(m, file=sys.stderr))
+                      None if args.dir is None else Path(args.dir), args.rewards_only, progress=lambda m: print(m, file=sys.stderr))
     print(json.dumps(results, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
