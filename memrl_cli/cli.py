@@ -236,7 +236,7 @@ def retrieve(
     group_threshold: float = typer.Option(0.9, help="Cosine at or above which two intents form one group."),
     pool: int = typer.Option(64, help="Most memories grouped recall passes to Phase B (the newest kept)."),
     selector: str = typer.Option("memrl", help="Phase B utility: memrl (paper), calibrated, ucb, conditioned, "
-                                                   "conditioned-z, conditioned-n, conditioned-nz, conditioned-t, "
+                                                   "conditioned-z, conditioned-n, conditioned-nz, conditioned-t (recommended), "
                                                    "conditioned-ts."),
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
@@ -558,7 +558,7 @@ def doctor(
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
     method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none, memrl-cal, memrl-ucb, memrl-ctx, "
-                                                    "memrl-ctxz, memrl-ctxn, memrl-ctxnz, memrl-ctxt, memrl-ctxts, memp, reflexion, self-rag (bigcodebench, hle), pass@k; "
+                                                    "memrl-ctxz, memrl-ctxn, memrl-ctxnz, memrl-ctxt (recommended), memrl-ctxts, memp, reflexion, self-rag (bigcodebench, hle), pass@k; "
                                                     "comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),
