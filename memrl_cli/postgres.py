@@ -251,16 +251,36 @@ class PostgresStore(Store):
         return [created.pop(row[at], None) for row in rows]  # a repeated hash: its first row only
 
     def apply_rewards(self, entries: list[tuple[Any, ...]], stamp: str) -> list[tuple[int, float, float]]:
-        """One statement (REWARD_SQL); outside a transaction it is its own: one round trip."""
+        """One statement (REWARD_SQL); outside a transaction it is its own, with its generic plan: one round trip."""
         if not entries:
             return []
         columns = list(zip(*entries))
         args = {name: list(values) for name, values in zip(("rid", "mid", "r", "a", "f", "source"), columns)}
-        rows = self.conn.raw.execute(REWARD_SQL, {**args, "n": len(entries), "stamp": stamp}).fetchall()
+        params = {**args, "n": len(entries), "stamp": stamp}
+        raw = self.conn.raw
+        if raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE:
+            rows = self._with_generic_plan(REWARD_SQL, params)
+        else:
+            rows = raw.execute(REWARD_SQL, params).fetchall()
         if len(rows) < len(entries):
             found = {row[0] for row in rows}
             raise MemrlError(f"unknown memory id {next(e[1] for e in entries if e[1] not in found)}")
         return [(int(m), float(b), float(q)) for m, b, q, _ in rows]
+
+    def _with_generic_plan(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of `sql` run as its own transaction with the generic plan of its prepared statement
+        (a custom plan made per call was ~40% of a reward's server time), in one round trip (a pipeline)."""
+        raw = self.conn.raw
+        try:
+            with raw.pipeline():
+                raw.execute("BEGIN")
+                raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                cursor = raw.execute(sql, params)
+                raw.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        return cursor.fetchall()
 
     def schema_version(self) -> int:
         if self.conn.execute("SELECT to_regclass('memrl_schema')").fetchone()[0] is None:

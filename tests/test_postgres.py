@@ -487,7 +487,9 @@ def test_bulk_ingest_gives_the_sqlite_ids_and_duplicates(pg_dsn: str, tmp_path: 
 
 
 def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path) -> None:
-    """Floor and alpha as on SQLite, to the last bit; an unknown id in a request changes nothing."""
+    """Floor and alpha as on SQLite, to the last bit, also once the statement is prepared and runs with its
+    generic plan (from psycopg's fifth call); an unknown id in a request changes nothing, and the next
+    reward goes through."""
     requests = [{"reward": 1.0, "memory_ids": [2, 1], "alpha": 0.3},
                 {"reward": -1.0, "memory_ids": [3], "alpha": 0.7, "floor": -0.25},
                 {"reward": -1.0, "memory_ids": [1, 3], "alpha": 1.0, "floor": 0.1},
@@ -497,9 +499,10 @@ def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path
         with MemoryBank(location, EMBEDDER) as bank:
             bank.ingest_many([{"intent": f"m{k}", "experience": "e", "q": 0.1 * k,
                                "vector": np.eye(DIM)[k].tolist()} for k in range(3)])
-            applied = [bank.reward_many([r]) for r in requests] + [bank.reward_many(requests[:2])]
+            applied = [bank.reward_many([r]) for r in requests * 3] + [bank.reward_many(requests[:2])]
             with pytest.raises(MemrlError, match="unknown memory id 99"):
                 bank.reward(1.0, memory_ids=[1, 99])
+            applied.append(bank.reward(-1.0, memory_ids=[1]))
             ledger = bank.conn.execute("SELECT memory_id, reward, alpha, q_floor, q_before, q_after, source "
                                        "FROM rewards ORDER BY id").fetchall()
             results.append((applied, [tuple(row) for row in ledger]))
