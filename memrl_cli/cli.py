@@ -46,6 +46,9 @@ def default_db() -> str:
     return os.path.join(base, "memrl", "memrl.db")
 
 
+SELECTOR = typer.Option("memrl", help="Phase B utility: memrl (the paper's rule), conditioned-t (recommended: "
+                                     "docs/learning.md), calibrated, ucb, conditioned, conditioned-z, conditioned-n, "
+                                     "conditioned-nz, conditioned-ts.")
 DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
                   help="Bank: a SQLite file, or a postgresql:// URL [env MEMRL_DB; default "
                        "~/.local/share/memrl/memrl.db].")
@@ -235,9 +238,7 @@ def retrieve(
     recall: str = typer.Option("groups", help="Phase A: k1 counts intent groups (groups) or memories (memories)."),
     group_threshold: float = typer.Option(0.9, help="Cosine at or above which two intents form one group."),
     pool: int = typer.Option(64, help="Most memories grouped recall passes to Phase B (the newest kept)."),
-    selector: str = typer.Option("memrl", help="Phase B utility: memrl (paper), calibrated, ucb, conditioned, "
-                                                   "conditioned-z, conditioned-n, conditioned-nz, conditioned-t (recommended), "
-                                                   "conditioned-ts."),
+    selector: str = SELECTOR,
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
     source: Optional[list[str]] = typer.Option(None, "--source", help="Only memories whose source matches this "
@@ -640,14 +641,14 @@ def need_extra(module: str, extra: str) -> None:
 def mcp(
     http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT",
                                        help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
-    token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
 ) -> None:
     """Serve the bank as MCP tools (retrieve, remember, reward, top_memories, explain, stats) over stdio or HTTP."""
     with command(False):
         need_extra("mcp", "mcp")
         from memrl_cli.mcp_server import serve
 
-        serve(bank_location(db), http=http, token=token, read_only=read_only)
+        serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector)
 
 
 @app.command()
@@ -659,7 +660,7 @@ def proxy(
     k2: int = typer.Option(3, help="Memories injected per request (header X-Memrl-K2 overrides)."),
     lam: float = typer.Option(0.5, "--lambda", help="Weight of Q against similarity (header X-Memrl-Lambda overrides)."),
     threshold: float = typer.Option(0.5, help="Minimum cosine similarity for Phase A."),
-    token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
 ) -> None:
     """An OpenAI-compatible Chat Completions proxy that injects memories and takes rewards for them."""
     with command(False):
@@ -669,7 +670,7 @@ def proxy(
         from memrl_cli.retrieve import RetrieveParams
 
         serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
-              defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold))
+              defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector))
 
 
 def main() -> None:

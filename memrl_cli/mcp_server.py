@@ -125,12 +125,14 @@ def build_server(service: BankService) -> MCPServer:
     return server
 
 
-def serve(location: str, *, http: str | None = None, token: str | None = None, read_only: bool = False) -> None:
-    """Serve the bank at `location` over stdio, or over streamable HTTP at `http` ("HOST:PORT")."""
+def serve(location: str, *, http: str | None = None, token: str | None = None, read_only: bool = False,
+          selector: str = "memrl") -> None:
+    """Serve the bank at `location` over stdio, or over streamable HTTP at `http` ("HOST:PORT"); the
+    retrieve tool selects with `selector` (memrl_cli.retrieve.SELECTORS)."""
     address = parse_address(http) if http is not None else None
     if address is not None:
         check_bind(address[0], token)
-    service = BankService(location, read_only)
+    service = BankService(location, read_only, selector)
     try:
         server = build_server(service)
         if address is None:

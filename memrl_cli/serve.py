@@ -77,7 +77,8 @@ class BankService:
     """The operations both servers offer, each answering exactly what the matching CLI command
     prints with `--json` (JSON-safe: through the same encoder), or raising MemrlError."""
 
-    def __init__(self, location: str, read_only: bool = False) -> None:
+    def __init__(self, location: str, read_only: bool = False, selector: str = "memrl") -> None:
+        self.selector = RetrieveParams(selector=selector).selector  # checked now, not at the first retrieve
         self.pool = BankPool(location)
         self.read_only = read_only
 
@@ -90,8 +91,9 @@ class BankService:
             raise ReadOnlyError(f"this server is read-only (--read-only): {what} is turned off")
 
     def retrieve(self, query: str, k1: int = 5, k2: int = 3, lam: float = 0.5, threshold: float = 0.5) -> dict[str, Any]:
-        """`memrl retrieve QUERY --json`: the selected memories and the receipt id to reward."""
-        params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold)
+        """`memrl retrieve QUERY --json`: the selected memories and the receipt id to reward (with the
+        service's selector)."""
+        params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=self.selector)
         with self.pool.bank() as bank:
             return as_json(bank.retrieve(query, params).to_dict())
 

@@ -13,6 +13,7 @@ import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from conftest import error_line, run_memrl
 from served import cli_env, learned_state, seed, serving
 from test_cli import as_json, memrl
 
@@ -23,8 +24,9 @@ TOKEN = "a-test-token-of-some-length"
 TIMESTAMPS = ("created_at", "updated_at", "last_used_at")
 
 
-def stdio(db: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "memrl_cli", "mcp", "--db", db], env=cli_env())
+def stdio(db: str, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "memrl_cli", "mcp", "--db", db, *extra],
+                                 env=cli_env())
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -78,6 +80,28 @@ def test_stdio_session_changes_the_bank_as_the_cli_does(bank_at: Callable[[str],
     assert answers == expected
     assert answers[2]["updated"] == [{"id": 2, "q_before": 0.0, "q_after": 0.3}]  # the selected memory learned
     assert learned_state(via_mcp) == learned_state(via_cli)
+
+
+def test_the_retrieve_tool_selects_with_the_chosen_selector(tmp_path: Any) -> None:
+    """`memrl mcp --selector conditioned-t` (the recommended method): its receipts record that selector;
+    an unknown selector is one error line before serving, and nothing is written."""
+    db = str(tmp_path / "bank.db")
+    seed(db)
+    before = learned_state(db)
+    assert "selector must be one of" in error_line(run_memrl("mcp", "--db", db, "--selector", "best", ok=False))
+    assert learned_state(db) == before
+
+    async def run() -> dict[str, Any]:
+        async with stdio_client(stdio(db, "--selector", "conditioned-t")) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            return await call(session, "retrieve", query="warm up an egg", k2=1)
+
+    hit = anyio.run(run)
+    with MemoryBank(db, create=False) as bank:
+        params = json.loads(bank.conn.execute("SELECT params FROM retrievals WHERE id = ?",
+                                              (hit["retrieval_id"],)).fetchone()[0])
+    assert params["selector"] == "conditioned-t"
 
 
 def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:

@@ -17,6 +17,7 @@ import openai
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from openai import OpenAI
+from conftest import error_line, run_memrl
 from served import cli_env, learned_state, seed, serving
 from test_cli import as_json, memrl
 
@@ -104,6 +105,23 @@ def test_the_documented_agent_loop_learns(tmp_path: Path, upstream: Any) -> None
         selected = [r[0] for r in bank.conn.execute(
             "SELECT memory_id FROM retrieval_candidates WHERE selected_rank = 0 ORDER BY retrieval_id")]
     assert q[1] < 0 < q[2] and selected[0] == 1 and 1 not in selected[1:]
+
+
+def test_the_proxy_selects_with_the_chosen_selector(tmp_path: Path, upstream: Any) -> None:
+    """`--selector conditioned-t` (the recommended method) is the one its receipts record; an unknown
+    selector is one error line before the server starts, and nothing is written."""
+    db = str(tmp_path / "bank.db")
+    seed(db)
+    before = learned_state(db)
+    refused = run_memrl("proxy", "--upstream", upstream.base_url, "--port", "0", "--db", db, "--selector", "best",
+                        ok=False)
+    assert "selector must be one of" in error_line(refused)
+    assert learned_state(db) == before
+    with proxy(db, upstream.base_url, "--selector", "conditioned-t") as url:
+        client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": TASK}])
+    with MemoryBank(db, create=False) as bank:
+        params = [json.loads(p) for (p,) in bank.conn.execute("SELECT params FROM retrievals")]
+    assert [p["selector"] for p in params] == ["conditioned-t"]
 
 
 def test_bad_input_writes_nothing(tmp_path: Path, upstream: Any) -> None:
