@@ -219,3 +219,4 @@ def test_non_inferiority_is_the_lower_bound_above_minus_the_margin():
     assert verdicts["memrl"]["holds"] and verdicts["memrl"]["lower_bound"] == pytest.approx(-2 * row["vs_memrl"][1])
     assert row["vs_rag"][0] > -0.05 and not verdicts["rag"]["holds"]
     assert non_inferiority({"vs_rag": (0.1, 0.01)}, margin=0.05).keys() == {"rag"}
+    assert not non_inferiority({"vs_memrl": (-0.05, 0.0)}, margin=0.05)["memrl"]["holds"]  # a bound at −margin

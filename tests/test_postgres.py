@@ -488,8 +488,8 @@ def test_bulk_ingest_gives_the_sqlite_ids_and_duplicates(pg_dsn: str, tmp_path: 
 
 def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path) -> None:
     """Floor and alpha as on SQLite, to the last bit, also once the statement is prepared and runs with its
-    generic plan (from psycopg's fifth call); an unknown id in a request changes nothing, and the next
-    reward goes through."""
+    generic plan (from psycopg's fifth call, never a custom one); an unknown id in a request, or a request
+    the server refuses inside the pipelined transaction, changes nothing, and the next reward goes through."""
     requests = [{"reward": 1.0, "memory_ids": [2, 1], "alpha": 0.3},
                 {"reward": -1.0, "memory_ids": [3], "alpha": 0.7, "floor": -0.25},
                 {"reward": -1.0, "memory_ids": [1, 3], "alpha": 1.0, "floor": 0.1},
@@ -502,6 +502,13 @@ def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path
             applied = [bank.reward_many([r]) for r in requests * 3] + [bank.reward_many(requests[:2])]
             with pytest.raises(MemrlError, match="unknown memory id 99"):
                 bank.reward(1.0, memory_ids=[1, 99])
+            if location == pg_dsn:
+                plans = bank.store.conn.raw.execute(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                    ("%INSERT INTO rewards%",)).fetchall()
+                assert plans and all(generic > 0 and custom == 0 for generic, custom in plans), plans
+                with pytest.raises(MemrlError, match="NUL"):
+                    bank.reward(1.0, memory_ids=[1], source="a\x00b")  # PostgreSQL text cannot hold it
             applied.append(bank.reward(-1.0, memory_ids=[1]))
             ledger = bank.conn.execute("SELECT memory_id, reward, alpha, q_floor, q_before, q_after, source "
                                        "FROM rewards ORDER BY id").fetchall()

@@ -10,9 +10,10 @@ reported too). Then:
   (all rewards over the span from the first worker's start to the last one's end), lost
   updates (expected − Σ visits gained: must be 0), and `inspection.verify` (Q equals the replay
   of its ledger for every memory). The same workload runs on the SQLite bank, and on PostgreSQL
-  as the engine's floor: the same jobs as bare statements of the same shape (lock a row, move its
-  Q, append a ledger row: one `UPDATE … RETURNING` feeding an `INSERT`, autocommit) on a copy of
-  the memories' ids and Q, through psycopg alone.
+  as the engine's floor: as many jobs of the same kind (the same memory ids; the hot one, or
+  random ones drawn afresh) as bare statements of the same shape (lock a row, move its Q, append a
+  ledger row: one `UPDATE … RETURNING` feeding an `INSERT`, autocommit) on a copy of the memories'
+  ids and Q, through psycopg alone.
 - **KNN latency**: p50/p99 of `bank.retrieve(..., vector=q, record=False)` for PostgreSQL exact
   search, PostgreSQL HNSW (built first: its build time is reported; recall@k1 against exact), the
   SQLite bank's in-process numpy index and its opt-in sqlite-vec index (built for this), timed

@@ -130,7 +130,7 @@ def pg_rows(pg: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(row(f"PostgreSQL: {p['processes']} processes x {p['per_process']} rewards, {mode} memory, n={n} "
                         f"({reward_state(p)})", p["updates_per_s"], "/s", s["updates_per_s"], f"SQLite bank; {reward_state(s)}",
                         p["updates_per_s"] / s["updates_per_s"], "nothing lost, Q = ledger replay", intact))
-        if f"floor_{mode}" in pg["rewards"]:  # the engine's floor: the same jobs as bare statements (pg_perf)
+        if f"floor_{mode}" in pg["rewards"]:  # the engine's floor: jobs of the same kind as bare statements (pg_perf)
             f = pg["rewards"][f"floor_{mode}"]
             rows.append(row(f"PostgreSQL: {p['processes']} processes x {p['per_process']} rewards, {mode} memory, n={n}, "
                             "against the engine's floor", p["updates_per_s"], "/s", f["updates_per_s"],
