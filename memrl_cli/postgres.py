@@ -13,7 +13,7 @@ Needs `pip install 'memrl[postgres]'` (psycopg 3 and pgvector's adapter) and a s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -259,28 +259,15 @@ class PostgresStore(Store):
         params = {**args, "n": len(entries), "stamp": stamp}
         raw = self.conn.raw
         if raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE:
-            rows = self._with_generic_plan(REWARD_SQL, params)
+            # a custom plan made per call was ~40% of a reward's server time: use the prepared statement's generic one
+            rows = self._with_local_setting("plan_cache_mode = force_generic_plan",
+                                            lambda: raw.execute(REWARD_SQL, params))
         else:
             rows = raw.execute(REWARD_SQL, params).fetchall()
         if len(rows) < len(entries):
             found = {row[0] for row in rows}
             raise MemrlError(f"unknown memory id {next(e[1] for e in entries if e[1] not in found)}")
         return [(int(m), float(b), float(q)) for m, b, q, _ in rows]
-
-    def _with_generic_plan(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """The rows of `sql` run as its own transaction with the generic plan of its prepared statement
-        (a custom plan made per call was ~40% of a reward's server time), in one round trip (a pipeline)."""
-        raw = self.conn.raw
-        try:
-            with raw.pipeline():
-                raw.execute("BEGIN")
-                raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                cursor = raw.execute(sql, params)
-                raw.execute("COMMIT")
-        except BaseException:
-            self.rollback()
-            raise
-        return cursor.fetchall()
 
     def schema_version(self) -> int:
         if self.conn.execute("SELECT to_regclass('memrl_schema')").fetchone()[0] is None:
@@ -362,7 +349,10 @@ class PostgresStore(Store):
         if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
             sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?", [*args, 1.0 - threshold + 1e-9]
         if hnsw and k > self.ef_search:  # a list of k, not the iterative scan past ef_search (2x slower)
-            rows = self._with_ef_search(min(k, HNSW_EF_SEARCH_MAX), sql, args)
+            cursor = self.conn.raw.cursor(binary=True)
+            rows = self._with_local_setting(f"hnsw.ef_search = {int(min(k, HNSW_EF_SEARCH_MAX))}",
+                                            lambda: cursor.execute(_pg_sql(sql), args), begin="BEGIN READ ONLY",
+                                            restore=f"hnsw.ef_search = {int(self.ef_search)}")
         else:
             rows = self.conn.execute(sql, args).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
@@ -371,19 +361,21 @@ class PostgresStore(Store):
         found = self.decode([r[2] for r in rows])[keep] if vectors else None
         return ids[keep], sims[keep], found
 
-    def _with_ef_search(self, ef_search: int, sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
-        """The rows of one HNSW query run with `hnsw.ef_search` set for it alone (SET LOCAL in its own
-        transaction, or inside the caller's and then set back), all in one round trip (a pipeline)."""
+    def _with_local_setting(self, setting: str, run: Callable[[], Any], *, begin: str = "BEGIN",
+                            restore: str | None = None) -> list[tuple[Any, ...]]:
+        """The rows of the cursor `run()` returns, run with `SET LOCAL setting` for it alone, all in one round
+        trip (a pipeline): outside a transaction in its own (`begin` … COMMIT), inside the caller's followed
+        by `SET LOCAL restore`."""
         raw = self.conn.raw
         outside = raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
         try:
             with raw.pipeline():
                 if outside:
-                    raw.execute("BEGIN READ ONLY")
-                raw.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-                cursor = raw.cursor(binary=True)
-                cursor.execute(_pg_sql(sql), args)
-                raw.execute("COMMIT" if outside else f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
+                    raw.execute(begin)
+                raw.execute(f"SET LOCAL {setting}")
+                cursor = run()
+                if outside or restore:
+                    raw.execute("COMMIT" if outside else f"SET LOCAL {restore}")
         except BaseException:
             if outside:
                 self.rollback()

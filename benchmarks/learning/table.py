@@ -88,8 +88,8 @@ def lower_bound(pair: tuple[float, float]) -> float:
 def non_inferiority(row: dict[str, Any], margin: float) -> dict[str, dict[str, Any]]:
     """Per reference the row was paired with (`memrl`, `rag`): the lower bound of the difference and
     whether it lies above −`margin` (the row's method is then no worse than the reference by `margin`)."""
-    return {ref: {"lower_bound": lower_bound(row[f"vs_{ref}"]), "holds": lower_bound(row[f"vs_{ref}"]) > -margin}
-            for ref in ("memrl", "rag") if f"vs_{ref}" in row}
+    bounds = {ref: lower_bound(row[f"vs_{ref}"]) for ref in ("memrl", "rag") if f"vs_{ref}" in row}
+    return {ref: {"lower_bound": bound, "holds": bound > -margin} for ref, bound in bounds.items()}
 
 
 def parse_seeds(text: str) -> list[int]:
