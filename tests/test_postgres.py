@@ -487,9 +487,10 @@ def test_bulk_ingest_gives_the_sqlite_ids_and_duplicates(pg_dsn: str, tmp_path: 
 
 
 def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path) -> None:
-    """Floor and alpha as on SQLite, to the last bit, also once the statement is prepared and runs with its
-    generic plan (from psycopg's fifth call, never a custom one); an unknown id in a request, or a request
-    the server refuses inside the pipelined transaction, changes nothing, and the next reward goes through."""
+    """Floor and alpha as on SQLite, to the last bit, for one memory (REWARD_ONE_SQL) and several (REWARD_SQL),
+    also once the statements are prepared and run with their generic plans (REWARD_SQL's from psycopg's fifth
+    call, never a custom one); an unknown id in a request, or a request the server refuses inside the pipelined
+    transaction, changes nothing, and the next reward goes through."""
     requests = [{"reward": 1.0, "memory_ids": [2, 1], "alpha": 0.3},
                 {"reward": -1.0, "memory_ids": [3], "alpha": 0.7, "floor": -0.25},
                 {"reward": -1.0, "memory_ids": [1, 3], "alpha": 1.0, "floor": 0.1},
@@ -500,15 +501,22 @@ def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path
             bank.ingest_many([{"intent": f"m{k}", "experience": "e", "q": 0.1 * k,
                                "vector": np.eye(DIM)[k].tolist()} for k in range(3)])
             applied = [bank.reward_many([r]) for r in requests * 3] + [bank.reward_many(requests[:2])]
+            applied += [bank.reward(0.5 - k % 2, memory_ids=[1, 2], floor=-0.2) for k in range(8)]
+            applied += [bank.reward(0.5 - k % 2, memory_ids=[3], floor=-0.2) for k in range(12)]
             with pytest.raises(MemrlError, match="unknown memory id 99"):
                 bank.reward(1.0, memory_ids=[1, 99])
+            with pytest.raises(MemrlError, match="unknown memory id 99"):
+                bank.reward(1.0, memory_ids=[99])
             if location == pg_dsn:
-                plans = bank.store.conn.raw.execute(
-                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-                    ("%INSERT INTO rewards%",)).fetchall()
-                assert plans and all(generic > 0 and custom == 0 for generic, custom in plans), plans
+                plans = dict(bank.store.conn.raw.execute(
+                    "SELECT CASE WHEN statement LIKE %s THEN 'many' ELSE 'one' END, array[generic_plans, custom_plans] "
+                    "FROM pg_prepared_statements WHERE statement LIKE %s", ("%unnest%", "%INSERT INTO rewards%")))
+                assert plans["many"][0] > 0 and plans["many"][1] == 0, plans  # SET LOCAL force_generic_plan
+                assert plans["one"][0] > 0, plans  # PostgreSQL's own choice, after its first custom plans
                 with pytest.raises(MemrlError, match="NUL"):
-                    bank.reward(1.0, memory_ids=[1], source="a\x00b")  # PostgreSQL text cannot hold it
+                    bank.reward(1.0, memory_ids=[1, 2], source="a\x00b")  # PostgreSQL text cannot hold it
+                with pytest.raises(MemrlError, match="NUL"):
+                    bank.reward(1.0, memory_ids=[1], source="a\x00b")
             applied.append(bank.reward(-1.0, memory_ids=[1]))
             ledger = bank.conn.execute("SELECT memory_id, reward, alpha, q_floor, q_before, q_after, source "
                                        "FROM rewards ORDER BY id").fetchall()

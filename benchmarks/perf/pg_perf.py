@@ -312,6 +312,11 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         results["retrieve"] = knn_latency(pg, sqlite, tested, params)
         progress("PostgreSQL: HNSW recall and latency by ef_search")
         results["hnsw_ef_search"] = hnsw_sweep(pg, tested, params, EF_SEARCH)
+        progress(f"PostgreSQL with its HNSW index: {processes} processes × {per_process} rewards, random memory")
+        grown = table_sizes(pg)["hnsw_bytes"]
+        results["rewards"]["postgresql_random_hnsw"] = concurrent_rewards(pg, ids["postgresql"], "random", processes,
+                                                                          per_process, rng)
+        results["rewards"]["postgresql_random_hnsw"]["hnsw_bytes_added"] = table_sizes(pg)["hnsw_bytes"] - grown
     return results
 
 
