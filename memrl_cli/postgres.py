@@ -25,9 +25,29 @@ from memrl_cli.store import POSTGRES_INDEXES, Store, redact
 
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
-HNSW_EF_SEARCH = 200  # recall@k1 0.99 at 100k on clustered vectors (0.95 at 100); docs/performance.md
+HNSW_EF_SEARCH = 200  # recall@k1 0.91-1.00 at 100k on clustered vectors, by build; docs/performance.md
 HNSW_EF_SEARCH_MAX = 1000  # pgvector's largest hnsw.ef_search: wider searches continue by iterative scan
 CHANGES = "meta_version"  # meta key: a counter bumped by every write of meta or of new memories
+# The HNSW graph indexes a copy of the vectors in a table of their own, filled by a trigger on new memories:
+# a reward or a receipt writes a new version of the memory row, which on the memories table itself would cost a
+# search of the graph each (docs/postgres.md). A bank indexed before keeps its graph on memories (OLD_GRAPH)
+# until the index is built again, which moves it.
+OLD_GRAPH = "memories_hnsw"
+GRAPH_SQL = (
+    f"DROP INDEX IF EXISTS {OLD_GRAPH}",
+    "CREATE TABLE IF NOT EXISTS memory_vectors (id BIGINT PRIMARY KEY REFERENCES memories (id), "
+    "embedding vector({dim}) NOT NULL)",
+    "CREATE OR REPLACE FUNCTION memrl_copy_vectors() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM added; RETURN NULL; END $$",
+    "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
+    "CREATE TRIGGER memories_copy_vectors AFTER INSERT ON memories REFERENCING NEW TABLE AS added "
+    "FOR EACH STATEMENT EXECUTE FUNCTION memrl_copy_vectors()",
+    # after the trigger (which waits for writers in flight and holds new ones): every memory committed so far
+    "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM memories ON CONFLICT (id) DO NOTHING",
+    "CREATE INDEX IF NOT EXISTS memory_vectors_hnsw ON memory_vectors USING hnsw (embedding vector_cosine_ops)",
+)
+DROP_GRAPH_SQL = (f"DROP INDEX IF EXISTS {OLD_GRAPH}", "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
+                  "DROP TABLE IF EXISTS memory_vectors", "DROP FUNCTION IF EXISTS memrl_copy_vectors()")
 # Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.records), after its ordinal `id`.
 COPY_TYPES = {"q": "float8", "q_init": "float8", "visits": "int8", "id": "int8", "embedding": "vector"}
 # One reward request as one statement: lock the memories in id order, move Q by the rule (the same float8
@@ -52,7 +72,7 @@ ledger AS (
 SELECT mid, q_before, q_after, (SELECT count(*) FROM updated) + (SELECT count(*) FROM ledger) FROM moved ORDER BY ord
 """
 # The same for one memory, with scalar parameters: cheap to plan, so PostgreSQL settles on its generic plan by
-# itself and the statement is sent alone (autocommit: its own transaction), without REWARD_SQL's pipeline.
+# itself, without REWARD_SQL's pipeline; outside a transaction it is sent alone, its own transaction.
 REWARD_ONE_SQL = """
 WITH locked AS (SELECT id, q FROM memories WHERE id = %(mid)s::int8 FOR UPDATE),
 updated AS (
@@ -142,6 +162,9 @@ class PostgresStore(Store):
                 raw.execute("SET default_transaction_read_only = on")
             check_meta(self.conn)
             self.tune_hnsw(int((self.meta("index") or {}).get("ef_search", HNSW_EF_SEARCH)))
+            # where the HNSW graph is, as of now (if another client moves it later, this one scans `memories`:
+            # exact answers, at a scan's speed, until it opens the bank again)
+            self._graph = "memories" if self.has_table(OLD_GRAPH) else "memory_vectors"
         except psycopg.Error as exc:
             raw.close()
             raise self.error(exc) from None
@@ -270,10 +293,11 @@ class PostgresStore(Store):
         if not entries:
             return []
         raw = self.conn.raw
-        if len(entries) == 1:  # ~half the CPU of REWARD_SQL's pipeline, in the client and on the server
+        if len(entries) == 1:  # a third of the client's CPU of REWARD_SQL's pipeline, 0.7x the server's
             params = dict(zip(("rid", "mid", "r", "a", "f", "source"), entries[0]), stamp=stamp)
             rows = raw.execute(REWARD_ONE_SQL, params).fetchall()
-        else:  # a custom plan made per call was ~40% of a reward's server time: use the prepared statement's generic one
+        else:  # a custom plan made per call was ~40% of a reward's server time: use the prepared statement's generic
+            # one; inside a caller's transaction, back to the server's (or role's) setting after it
             rows = self._with_local_setting("plan_cache_mode = force_generic_plan",
                                             lambda: raw.execute(REWARD_SQL, self._reward_params(entries, stamp)),
                                             restore="plan_cache_mode = DEFAULT")
@@ -341,13 +365,15 @@ class PostgresStore(Store):
         if kind != "hnsw":
             raise MemrlError(f"a PostgreSQL bank's optional index is hnsw, not {kind!r}")
         self.conn.execute("SET LOCAL maintenance_work_mem = '1GB'")  # the graph is ~2 KB per 384-d vector
-        self.conn.execute("CREATE INDEX IF NOT EXISTS memories_hnsw ON memories USING hnsw "
-                          "(embedding vector_cosine_ops)")
+        for statement in GRAPH_SQL:
+            self.conn.execute(statement.format(dim=int(dim)))
+        self._graph = "memory_vectors"
         self.set_meta("index", {"kind": "hnsw", "ef_search": HNSW_EF_SEARCH, "dim": dim})
         self.tune_hnsw(HNSW_EF_SEARCH)
 
     def drop_index(self) -> None:
-        self.conn.execute("DROP INDEX IF EXISTS memories_hnsw")
+        for statement in DROP_GRAPH_SQL:
+            self.conn.execute(statement)
         self.delete_meta("index")
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
@@ -357,14 +383,17 @@ class PostgresStore(Store):
         Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k). The
         rows below `threshold` (and their vectors) stay on the server; results are read in binary."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
-        distance = "embedding <=> ?" if hnsw else "(embedding <=> ?) + 0"
+        distance = "v.embedding <=> ?" if hnsw else "(v.embedding <=> ?) + 0"
         conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
         args: list[Any] = []
         if sources:
             condition, args = self.matches("source", sources)
             conditions.append(condition)
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        knn = f"SELECT id, {distance} AS d{', embedding' if vectors else ''} FROM memories{where} ORDER BY d LIMIT ?"
+        rows_from = "memories v"  # filters name columns of the memory row, which only `memories` has
+        if hnsw and self._graph == "memory_vectors":
+            rows_from = "memory_vectors v" + (" JOIN memories USING (id)" if conditions else "")
+        knn = f"SELECT id, {distance} AS d{', v.embedding' if vectors else ''} FROM {rows_from}{where} ORDER BY d LIMIT ?"
         sql, args = knn, [self.encode(vector), *args, k]
         if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
             sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?", [*args, 1.0 - threshold + 1e-9]

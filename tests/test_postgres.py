@@ -339,7 +339,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
         for name, bank in (("hnsw", hnsw), ("exact", exact)):
             [(sql, args)] = vector_searches(bank, monkeypatch, queries[0])
             plans[name] = " ".join(r[0] for r in bank.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
-        assert "memories_hnsw" in plans["hnsw"] and "memories_hnsw" not in plans["exact"], plans
+        assert "memory_vectors_hnsw" in plans["hnsw"] and "hnsw" not in plans["exact"], plans
 
         for k1 in (10, 250):  # 250 > hnsw.ef_search (200): iterative scans still return k1 candidates
             params = RetrieveParams(k1=k1, k2=3, threshold=-1.0, recall="memories")  # index recall, per memory
@@ -355,9 +355,68 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 
     with MemoryBank(pg_dsn) as bank:
         assert bank.set_index("exact") == {"kind": "exact"}
-        assert bank.conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = 'memories_hnsw'").fetchone()[0] == 0
+        assert bank.conn.execute("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%hnsw%'").fetchone()[0] == 0
+        assert bank.conn.execute("SELECT to_regclass('memory_vectors'), (SELECT count(*) FROM pg_trigger WHERE "
+                                 "tgname = 'memories_copy_vectors')").fetchone() == (None, 0)
         assert stats(bank)["index"] == {"kind": "exact"}
         assert verify(bank)["ok"]
+
+
+def hnsw_indexes(bank: MemoryBank) -> dict[str, str]:
+    """{index name: the table it indexes} for the bank's HNSW indexes."""
+    return dict(bank.conn.execute("SELECT indexname, tablename FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%'"))
+
+
+def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(pg_dsn: str) -> None:
+    """A reward or a receipt writes a new version of the memory row; were the graph on `memories`, each would
+    be a graph insertion. The graph is on `memory_vectors`, which a trigger fills with every new memory, also
+    one ingested after the index was built, by another connection."""
+    rng = np.random.default_rng(3)
+    vectors = normalise(rng.normal(size=(60, 16)))
+    with MemoryBank(pg_dsn, "external:test:16") as bank, MemoryBank(pg_dsn, "external:test:16") as other:
+        bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors[:50])])
+        bank.set_index("hnsw")
+        other.ingest_many([{"intent": f"n{i}", "experience": "x", "vector": v.tolist()}
+                           for i, v in enumerate(vectors[50:])])
+        assert hnsw_indexes(bank) == {"memory_vectors_hnsw": "memory_vectors"}
+        copied = bank.conn.execute("SELECT count(*) FROM memory_vectors v JOIN memories m USING (id) "
+                                   "WHERE v.embedding = m.embedding").fetchone()[0]
+        assert copied == bank.count() == 60
+        rows = "SELECT array_agg(ctid::text ORDER BY id) FROM {}"
+        before = [bank.conn.execute(rows.format(t)).fetchone()[0] for t in ("memories", "memory_vectors")]
+        with MemoryBank(pg_dsn, index="hnsw") as hnsw:
+            for v in vectors[45:55]:  # memories from before and after the build, found by the graph
+                hit = hnsw.retrieve("q", RetrieveParams(k1=3, k2=1, threshold=-1.0), vector=v.tolist())
+                assert hit.candidates[0].similarity == pytest.approx(1.0)
+                hnsw.reward(1.0, retrieval_id=hit.id)
+            hnsw.reward(-1.0, memory_ids=[1])
+        after = [bank.conn.execute(rows.format(t)).fetchone()[0] for t in ("memories", "memory_vectors")]
+        assert after[0] != before[0] and after[1] == before[1]  # new memory row versions; the graph's copy as it was
+        assert verify(bank)["ok"]
+
+
+def test_a_bank_indexed_before_keeps_its_graph_on_memories_until_the_index_is_built_again(pg_dsn: str) -> None:
+    """Banks whose HNSW index was built on `memories` (memrl before 2026-11-26) are searched through it; building
+    the index again moves the graph to `memory_vectors`, with the same answers."""
+    rng = np.random.default_rng(4)
+    vectors = normalise(rng.normal(size=(40, 16)))
+    params = RetrieveParams(k1=5, k2=3, threshold=-1.0, recall="memories")
+    with MemoryBank(pg_dsn, "external:test:16") as bank:
+        bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors)])
+        with bank.transaction():  # as the earlier build left a bank
+            bank.conn.execute("CREATE INDEX memories_hnsw ON memories USING hnsw (embedding vector_cosine_ops)")
+            bank.store.set_meta("index", {"kind": "hnsw", "ef_search": 200, "dim": 16})
+    answers = []
+    for rebuild in (False, True):
+        with MemoryBank(pg_dsn, index="hnsw") as bank:
+            if rebuild:
+                bank.set_index("hnsw")
+            assert hnsw_indexes(bank) == ({"memory_vectors_hnsw": "memory_vectors"} if rebuild
+                                          else {"memories_hnsw": "memories"})
+            answers.append([[c.memory_id for c in bank.retrieve("q", params, vector=v.tolist(), record=False).candidates]
+                            for v in vectors[:10]])
+    assert answers[0] == answers[1]
+    assert [a[0] for a in answers[1]] == list(range(1, 11))
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -487,14 +546,17 @@ def test_bulk_ingest_gives_the_sqlite_ids_and_duplicates(pg_dsn: str, tmp_path: 
 
 
 def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path) -> None:
-    """Floor and alpha as on SQLite, to the last bit, for one memory (REWARD_ONE_SQL) and several (REWARD_SQL),
-    also once the statements are prepared and run with their generic plans (REWARD_SQL's from psycopg's fifth
-    call, never a custom one); an unknown id in a request, or a request the server refuses inside the pipelined
-    transaction, changes nothing, and the next reward goes through."""
+    """Floor and alpha as on SQLite, to the last bit, for one memory (REWARD_ONE_SQL, also through a receipt
+    that selected one) and several (REWARD_SQL, alone or in runs inside a transaction), also once the
+    statements are prepared (psycopg prepares on a statement's sixth call) and run with their generic plans
+    (REWARD_SQL's never with a custom one); inside a caller's transaction the plan setting is back to the
+    default after a reward. An unknown id, or a request psycopg refuses (NUL in text), changes nothing, and the
+    next reward goes through."""
     requests = [{"reward": 1.0, "memory_ids": [2, 1], "alpha": 0.3},
                 {"reward": -1.0, "memory_ids": [3], "alpha": 0.7, "floor": -0.25},
                 {"reward": -1.0, "memory_ids": [1, 3], "alpha": 1.0, "floor": 0.1},
                 {"reward": 0.37, "memory_ids": [2], "alpha": 0.05, "source": "s"}]
+    shared = [{"reward": 1.0, "memory_ids": [1, 2], "floor": -0.2}, {"reward": -1.0, "memory_ids": [2, 3], "floor": -0.2}]
     results = []
     for location in (pg_dsn, str(tmp_path / "b.db")):
         with MemoryBank(location, EMBEDDER) as bank:
@@ -503,26 +565,36 @@ def test_one_statement_rewards_equal_the_sqlite_rule(pg_dsn: str, tmp_path: Path
             applied = [bank.reward_many([r]) for r in requests * 3] + [bank.reward_many(requests[:2])]
             applied += [bank.reward(0.5 - k % 2, memory_ids=[1, 2], floor=-0.2) for k in range(8)]
             applied += [bank.reward(0.5 - k % 2, memory_ids=[3], floor=-0.2) for k in range(12)]
+            applied += [bank.reward_many(shared) for _ in range(8)]  # memory 2 twice: runs in a transaction
+            for k in range(3):
+                hit = bank.retrieve("q", RetrieveParams(k1=3, k2=1, threshold=-1.0), vector=np.eye(DIM)[k].tolist())
+                applied.append(bank.reward(1.0 - k, retrieval_id=hit.id))
+            with bank.transaction():
+                applied.append(bank.reward_many(shared))
+                if location == pg_dsn:
+                    assert bank.conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
             with pytest.raises(MemrlError, match="unknown memory id 99"):
                 bank.reward(1.0, memory_ids=[1, 99])
             with pytest.raises(MemrlError, match="unknown memory id 99"):
                 bank.reward(1.0, memory_ids=[99])
             if location == pg_dsn:
-                plans = dict(bank.store.conn.raw.execute(
-                    "SELECT CASE WHEN statement LIKE %s THEN 'many' ELSE 'one' END, array[generic_plans, custom_plans] "
-                    "FROM pg_prepared_statements WHERE statement LIKE %s", ("%unnest%", "%INSERT INTO rewards%")))
-                assert plans["many"][0] > 0 and plans["many"][1] == 0, plans  # SET LOCAL force_generic_plan
-                assert plans["one"][0] > 0, plans  # PostgreSQL's own choice, after its first custom plans
+                plans = bank.store.conn.raw.execute(
+                    "SELECT statement LIKE %s, generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE %s", ("%unnest%", "%INSERT INTO rewards%")).fetchall()
+                many = [(g, c) for is_many, g, c in plans if is_many]
+                assert many and all(c == 0 for _, c in many) and any(g for g, _ in many), plans  # SET LOCAL
+                assert any(g for is_many, g, _ in plans if not is_many), plans  # PostgreSQL's own choice
                 with pytest.raises(MemrlError, match="NUL"):
                     bank.reward(1.0, memory_ids=[1, 2], source="a\x00b")  # PostgreSQL text cannot hold it
                 with pytest.raises(MemrlError, match="NUL"):
                     bank.reward(1.0, memory_ids=[1], source="a\x00b")
             applied.append(bank.reward(-1.0, memory_ids=[1]))
-            ledger = bank.conn.execute("SELECT memory_id, reward, alpha, q_floor, q_before, q_after, source "
-                                       "FROM rewards ORDER BY id").fetchall()
+            ledger = bank.conn.execute("SELECT retrieval_id, memory_id, reward, alpha, q_floor, q_before, q_after, "
+                                       "source FROM rewards ORDER BY id").fetchall()
             results.append((applied, [tuple(row) for row in ledger]))
             assert verify(bank)["ok"]
     assert results[0] == results[1]
+    assert sum(row[0] is not None for row in results[0][1]) == 3
 
 
 def test_meta_is_read_once_per_retrieve_and_follows_other_writers(pg_dsn: str,

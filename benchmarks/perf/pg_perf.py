@@ -23,6 +23,8 @@ reported too). Then:
   pool × SEARCH_WIDTH rows a grouped retrieve searches.
 - **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
   (the bank's default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
+- **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
+  HNSW index exists (what a reward costs the graph), with the index's growth.
 
 The server is a throwaway `benchmarks.testing.pg_server.LocalPostgres`, or the server at `--pg-url` /
 `MEMRL_PERF_PG_URL`: an admin `postgresql://` URL whose role may create databases (the run
@@ -255,11 +257,14 @@ def hnsw_sweep(pg: str, queries: np.ndarray, params: RetrieveParams, efs: tuple[
 
 
 def table_sizes(pg: str) -> dict[str, int]:
-    """Bytes of the PostgreSQL bank's memories table (heap, with TOAST) and of its HNSW index."""
+    """Bytes of the PostgreSQL bank's memories table (heap, with TOAST) and its indexes, and of the HNSW
+    index and the copy of the vectors it indexes (`memory_vectors`)."""
     with MemoryBank(pg) as bank:
         row = bank.conn.execute("SELECT pg_table_size('memories'), pg_indexes_size('memories'), "
-                                "coalesce(pg_relation_size(to_regclass('memories_hnsw')), 0)").fetchone()
-    return {"table_bytes": int(row[0]), "indexes_bytes": int(row[1]), "hnsw_bytes": int(row[2])}
+                                "coalesce(pg_relation_size(to_regclass('memory_vectors_hnsw')), 0), "
+                                "coalesce(pg_table_size(to_regclass('memory_vectors')), 0)").fetchone()
+    return {"table_bytes": int(row[0]), "indexes_bytes": int(row[1]), "hnsw_bytes": int(row[2]),
+            "hnsw_vectors_bytes": int(row[3])}
 
 
 def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 100, processes: int = 8,
@@ -313,10 +318,10 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         progress("PostgreSQL: HNSW recall and latency by ef_search")
         results["hnsw_ef_search"] = hnsw_sweep(pg, tested, params, EF_SEARCH)
         progress(f"PostgreSQL with its HNSW index: {processes} processes × {per_process} rewards, random memory")
-        grown = table_sizes(pg)["hnsw_bytes"]
+        before = table_sizes(pg)["hnsw_bytes"]
         results["rewards"]["postgresql_random_hnsw"] = concurrent_rewards(pg, ids["postgresql"], "random", processes,
                                                                           per_process, rng)
-        results["rewards"]["postgresql_random_hnsw"]["hnsw_bytes_added"] = table_sizes(pg)["hnsw_bytes"] - grown
+        results["rewards"]["postgresql_random_hnsw"]["hnsw_bytes_added"] = table_sizes(pg)["hnsw_bytes"] - before
     return results
 
 
