@@ -30,21 +30,23 @@ HNSW_EF_SEARCH_MAX = 1000  # pgvector's largest hnsw.ef_search: wider searches c
 CHANGES = "meta_version"  # meta key: a counter bumped by every write of meta or of new memories
 # The HNSW graph indexes a copy of the vectors in a table of their own, filled by a trigger on new memories:
 # a reward or a receipt writes a new version of the memory row, which on the memories table itself would cost a
-# search of the graph each (docs/postgres.md). A bank indexed before keeps its graph on memories (OLD_GRAPH)
-# until the index is built again, which moves it.
+# search of the graph each (docs/postgres.md). A bank indexed by an earlier memrl keeps its graph on memories
+# (OLD_GRAPH) until the index is built again, which moves it. The build blocks writes to memories, not reads:
+# no statement of it takes an exclusive lock on memories before its last (the old graph's drop).
 OLD_GRAPH = "memories_hnsw"
-GRAPH_SQL = (
-    f"DROP INDEX IF EXISTS {OLD_GRAPH}",
+GRAPH_TABLE_SQL = (
     "CREATE TABLE IF NOT EXISTS memory_vectors (id BIGINT PRIMARY KEY REFERENCES memories (id), "
     "embedding vector({dim}) NOT NULL)",
-    "CREATE OR REPLACE FUNCTION memrl_copy_vectors() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM added; RETURN NULL; END $$",
-    "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
-    "CREATE TRIGGER memories_copy_vectors AFTER INSERT ON memories REFERENCING NEW TABLE AS added "
-    "FOR EACH STATEMENT EXECUTE FUNCTION memrl_copy_vectors()",
+    "CREATE OR REPLACE FUNCTION memrl_copy_vectors() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT "
+    "AS $$ BEGIN INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM added; RETURN NULL; END $$",
+)
+GRAPH_TRIGGER_SQL = ("CREATE TRIGGER memories_copy_vectors AFTER INSERT ON memories REFERENCING NEW TABLE AS added "
+                     "FOR EACH STATEMENT EXECUTE FUNCTION memrl_copy_vectors()")
+GRAPH_INDEX_SQL = (
     # after the trigger (which waits for writers in flight and holds new ones): every memory committed so far
     "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM memories ON CONFLICT (id) DO NOTHING",
     "CREATE INDEX IF NOT EXISTS memory_vectors_hnsw ON memory_vectors USING hnsw (embedding vector_cosine_ops)",
+    f"DROP INDEX IF EXISTS {OLD_GRAPH}",
 )
 DROP_GRAPH_SQL = (f"DROP INDEX IF EXISTS {OLD_GRAPH}", "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
                   "DROP TABLE IF EXISTS memory_vectors", "DROP FUNCTION IF EXISTS memrl_copy_vectors()")
@@ -140,6 +142,8 @@ class PostgresStore(Store):
         self.location = self.path = redact(url)
         self.readonly = readonly
         self.warnings: list[str] = []
+        self._graph: str | None = None  # graph_table(), looked up when needed
+        self._seen: tuple[int] | None = None  # the change counter last read (version)
         try:
             raw = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="memrl")
         except psycopg.Error as exc:
@@ -162,9 +166,6 @@ class PostgresStore(Store):
                 raw.execute("SET default_transaction_read_only = on")
             check_meta(self.conn)
             self.tune_hnsw(int((self.meta("index") or {}).get("ef_search", HNSW_EF_SEARCH)))
-            # where the HNSW graph is, as of now (if another client moves it later, this one scans `memories`:
-            # exact answers, at a scan's speed, until it opens the bank again)
-            self._graph = "memories" if self.has_table(OLD_GRAPH) else "memory_vectors"
         except psycopg.Error as exc:
             raw.close()
             raise self.error(exc) from None
@@ -222,14 +223,26 @@ class PostgresStore(Store):
     def begin(self) -> None:
         self.conn.execute("BEGIN")
 
+    def graph_table(self) -> str:
+        """The table an HNSW search reads: `memory_vectors` where the graph has its own copy of the vectors, else
+        `memories` (a graph an earlier memrl built there, or none: an exact scan). Looked up again after any
+        change of the bank (`version`) and after a rollback."""
+        if self._graph is None:
+            self._graph = "memory_vectors" if self.has_table("memory_vectors") else "memories"
+        return self._graph
+
     def rollback(self) -> None:
+        self._graph = None
         if self.conn.raw.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self.conn.execute("ROLLBACK")
 
     def version(self) -> tuple[int]:
         """The change counter: meta and the set of memories as of now (Q values are never cached)."""
         row = self.conn.execute(f"SELECT value FROM meta WHERE key = '{CHANGES}'").fetchone()
-        return (int(row[0]) if row else 0,)
+        version = (int(row[0]) if row else 0,)
+        if version != self._seen:  # another client may have built, moved or dropped the HNSW graph
+            self._seen, self._graph = version, None
+        return version
 
     def _changed(self) -> None:
         """Inside a write: bump the change counter, so other processes drop their cached meta and counts."""
@@ -365,15 +378,23 @@ class PostgresStore(Store):
         if kind != "hnsw":
             raise MemrlError(f"a PostgreSQL bank's optional index is hnsw, not {kind!r}")
         self.conn.execute("SET LOCAL maintenance_work_mem = '1GB'")  # the graph is ~2 KB per 384-d vector
-        for statement in GRAPH_SQL:
+        self._serialise_migrations()  # one builder at a time
+        for statement in GRAPH_TABLE_SQL:
             self.conn.execute(statement.format(dim=int(dim)))
-        self._graph = "memory_vectors"
+        if self.conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'memories_copy_vectors' AND tgrelid = "
+                             "'memories'::regclass").fetchone() is None:  # DROP TRIGGER would lock out reads
+            self.conn.execute(GRAPH_TRIGGER_SQL)
+        for statement in GRAPH_INDEX_SQL:
+            self.conn.execute(statement)
+        self._graph = None
         self.set_meta("index", {"kind": "hnsw", "ef_search": HNSW_EF_SEARCH, "dim": dim})
         self.tune_hnsw(HNSW_EF_SEARCH)
 
     def drop_index(self) -> None:
+        self._serialise_migrations()
         for statement in DROP_GRAPH_SQL:
             self.conn.execute(statement)
+        self._graph = None
         self.delete_meta("index")
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
@@ -391,7 +412,7 @@ class PostgresStore(Store):
             conditions.append(condition)
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         rows_from = "memories v"  # filters name columns of the memory row, which only `memories` has
-        if hnsw and self._graph == "memory_vectors":
+        if hnsw and self.graph_table() == "memory_vectors":
             rows_from = "memory_vectors v" + (" JOIN memories USING (id)" if conditions else "")
         knn = f"SELECT id, {distance} AS d{', v.embedding' if vectors else ''} FROM {rows_from}{where} ORDER BY d LIMIT ?"
         sql, args = knn, [self.encode(vector), *args, k]

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import error_line, run_memrl
-from memrl_cli import schema
+from memrl_cli import hygiene, schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.embed import normalise
 from memrl_cli.errors import MemrlError
@@ -367,7 +367,8 @@ def hnsw_indexes(bank: MemoryBank) -> dict[str, str]:
     return dict(bank.conn.execute("SELECT indexname, tablename FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%'"))
 
 
-def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(pg_dsn: str) -> None:
+def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(pg_dsn: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A reward or a receipt writes a new version of the memory row; were the graph on `memories`, each would
     be a graph insertion. The graph is on `memory_vectors`, which a trigger fills with every new memory, also
     one ingested after the index was built, by another connection."""
@@ -393,6 +394,32 @@ def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(p
         after = [bank.conn.execute(rows.format(t)).fetchone()[0] for t in ("memories", "memory_vectors")]
         assert after[0] != before[0] and after[1] == before[1]  # new memory row versions; the graph's copy as it was
         assert verify(bank)["ok"]
+        hygiene.quarantine(bank, [51])  # a filtered search joins the copy to memories, still through the graph
+        with MemoryBank(pg_dsn, index="hnsw") as hnsw:
+            for setting in ("enable_seqscan", "enable_sort"):  # 60 rows are cheaper to scan and sort
+                hnsw.conn.execute(f"SET {setting} = off")
+            [(sql, args)] = vector_searches(hnsw, monkeypatch, vectors[50])
+            plan = " ".join(r[0] for r in hnsw.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
+            assert "memory_vectors_hnsw" in plan and "Join" in plan, plan
+            found = hnsw.retrieve("q", RetrieveParams(k1=5, threshold=-1.0), vector=vectors[50].tolist(), record=False)
+            assert 51 not in [c.memory_id for c in found.candidates] and len(found.candidates) == 5
+
+
+def test_a_client_searches_on_when_another_drops_or_builds_the_hnsw_index(pg_dsn: str) -> None:
+    """A client opened with `index="hnsw"` follows the graph another client drops (an exact scan of memories
+    then) or builds again (its own table)."""
+    rng = np.random.default_rng(5)
+    vectors = normalise(rng.normal(size=(30, 16)))
+    params = RetrieveParams(k1=3, k2=1, threshold=-1.0, recall="memories")
+    with MemoryBank(pg_dsn, "external:test:16", index="hnsw") as bank:
+        bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors)])
+        with MemoryBank(pg_dsn, index="hnsw") as searcher, MemoryBank(pg_dsn) as admin:
+            for change in (None, "exact", "hnsw"):
+                if change:
+                    admin.set_index(change)
+                hit = searcher.retrieve("q", params, vector=vectors[7].tolist(), record=False)
+                assert hit.candidates[0].memory_id == 8, change
+                assert searcher.store.graph_table() == ("memories" if change == "exact" else "memory_vectors")
 
 
 def test_a_bank_indexed_before_keeps_its_graph_on_memories_until_the_index_is_built_again(pg_dsn: str) -> None:
