@@ -48,6 +48,7 @@ GRAPH_INDEX_SQL = (
     "CREATE INDEX IF NOT EXISTS memory_vectors_hnsw ON memory_vectors USING hnsw (embedding vector_cosine_ops)",
     f"DROP INDEX IF EXISTS {OLD_GRAPH}",
 )
+FIRING = ("O", "A")  # pg_trigger.tgenabled of a trigger that fires in ordinary sessions
 DROP_GRAPH_SQL = (f"DROP INDEX IF EXISTS {OLD_GRAPH}", "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
                   "DROP TABLE IF EXISTS memory_vectors", "DROP FUNCTION IF EXISTS memrl_copy_vectors()")
 # Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.records), after its ordinal `id`.
@@ -381,14 +382,34 @@ class PostgresStore(Store):
         self._serialise_migrations()  # one builder at a time
         for statement in GRAPH_TABLE_SQL:
             self.conn.execute(statement.format(dim=int(dim)))
-        if self.conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'memories_copy_vectors' AND tgrelid = "
-                             "'memories'::regclass").fetchone() is None:  # DROP TRIGGER would lock out reads
+        trigger = self._copy_trigger()
+        if trigger is None:  # (not DROP and CREATE: dropping a trigger would lock out reads until the end)
             self.conn.execute(GRAPH_TRIGGER_SQL)
+        elif trigger not in FIRING:
+            self.conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_copy_vectors")
         for statement in GRAPH_INDEX_SQL:
             self.conn.execute(statement)
         self._graph = None
         self.set_meta("index", {"kind": "hnsw", "ef_search": HNSW_EF_SEARCH, "dim": dim})
         self.tune_hnsw(HNSW_EF_SEARCH)
+
+    def _copy_trigger(self) -> str | None:
+        """The state of the trigger that fills `memory_vectors` (pg_trigger.tgenabled), None without it."""
+        row = self.conn.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'memories_copy_vectors' "
+                                "AND tgrelid = 'memories'::regclass").fetchone()
+        return None if row is None else str(row[0])
+
+    def index_problems(self, memories: int) -> list[str]:
+        """The HNSW graph's copy of the vectors: its trigger in place and firing, a row for every memory."""
+        if not self.has_table("memory_vectors"):
+            return []
+        problems = []
+        if self._copy_trigger() not in FIRING:
+            problems.append("the trigger that copies new memories' vectors for the HNSW index is missing or disabled")
+        copied = int(self.conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
+        if copied != memories:
+            problems.append(f"the HNSW index's copy of the vectors has {copied} for {memories} memories")
+        return [f"{problem} (run `memrl doctor --index hnsw`)" for problem in problems]
 
     def drop_index(self) -> None:
         self._serialise_migrations()

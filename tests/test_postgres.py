@@ -405,6 +405,24 @@ def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(p
             assert 51 not in [c.memory_id for c in found.candidates] and len(found.candidates) == 5
 
 
+def test_verify_finds_a_broken_copy_of_the_vectors_and_building_again_mends_it(pg_dsn: str) -> None:
+    """A disabled copy trigger (e.g. a restore with --disable-triggers) leaves new memories out of the graph:
+    `inspect --verify` says so, and building the index again re-enables the trigger and copies them."""
+    vectors = normalise(np.random.default_rng(6).normal(size=(12, 16)))
+    with MemoryBank(pg_dsn, "external:test:16") as bank:
+        bank.ingest_many([{"intent": f"m{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors[:10])])
+        bank.set_index("hnsw")
+        assert verify(bank)["ok"]
+        bank.conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_copy_vectors")
+        bank.ingest_many([{"intent": f"n{i}", "experience": "x", "vector": v.tolist()} for i, v in enumerate(vectors[10:])])
+        problems = verify(bank)["problems"]
+        assert len(problems) == 2 and "missing or disabled" in problems[0] and "has 10 for 12 memories" in problems[1]
+        bank.set_index("hnsw")
+        assert verify(bank)["ok"]
+        bank.ingest_many([{"intent": "o", "experience": "x", "vector": vectors[0].tolist()}])
+        assert bank.conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0] == bank.count() == 13
+
+
 def test_a_client_searches_on_when_another_drops_or_builds_the_hnsw_index(pg_dsn: str) -> None:
     """A client opened with `index="hnsw"` follows the graph another client drops (an exact scan of memories
     then) or builds again (its own table)."""
