@@ -23,7 +23,7 @@ from memrl_cli.errors import BankBusyError, MemrlError
 from memrl_cli.schema import CORE, LATEST, check_meta
 from memrl_cli.store import POSTGRES_INDEXES, Store, redact
 
-ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises concurrent migrations of one database
+ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises migrations and HNSW index builds of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
 HNSW_EF_SEARCH = 200  # recall@k1 0.91-1.00 at 100k on clustered vectors, by build; docs/performance.md
 HNSW_EF_SEARCH_MAX = 1000  # pgvector's largest hnsw.ef_search: wider searches continue by iterative scan
@@ -203,7 +203,7 @@ class PostgresStore(Store):
         if found is not None and found[:2] < MIN_PGVECTOR:
             raise MemrlError(f"pgvector {'.'.join(map(str, found))} is too old; memrl needs ≥ 0.5 (0.8 recommended)")
         with self._write():
-            self._serialise_migrations()
+            self._serialise_schema_changes()
             self.conn.execute("CREATE TABLE IF NOT EXISTS memrl_schema (version INTEGER NOT NULL)")
             row = self.conn.execute("SELECT version FROM memrl_schema").fetchone()
             version = row[0] if row else 0
@@ -215,7 +215,7 @@ class PostgresStore(Store):
             else:
                 self.conn.execute("UPDATE memrl_schema SET version = ?", (LATEST,))
 
-    def _serialise_migrations(self) -> None:
+    def _serialise_schema_changes(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(?)", (ADVISORY_LOCK,))
 
     def has_table(self, name: str) -> bool:
@@ -379,7 +379,7 @@ class PostgresStore(Store):
         if kind != "hnsw":
             raise MemrlError(f"a PostgreSQL bank's optional index is hnsw, not {kind!r}")
         self.conn.execute("SET LOCAL maintenance_work_mem = '1GB'")  # the graph is ~2 KB per 384-d vector
-        self._serialise_migrations()  # one builder at a time
+        self._serialise_schema_changes()
         for statement in GRAPH_TABLE_SQL:
             self.conn.execute(statement.format(dim=int(dim)))
         trigger = self._copy_trigger()
@@ -412,7 +412,7 @@ class PostgresStore(Store):
         return [f"{problem} (run `memrl doctor --index hnsw`)" for problem in problems]
 
     def drop_index(self) -> None:
-        self._serialise_migrations()
+        self._serialise_schema_changes()
         for statement in DROP_GRAPH_SQL:
             self.conn.execute(statement)
         self._graph = None

@@ -231,7 +231,7 @@ class Store(BankViews, BankRepairs, RunRecords):
         """Inside a write: bring a set of migrations with a meta version (`schema.RUNS`) to its latest
         version, each step in this engine's DDL, one process at a time."""
         assert migrations.meta_key, "the core set is migrated when the store opens"
-        self._serialise_migrations()
+        self._serialise_schema_changes()
         version = self.migrated_to(migrations)
         if version > migrations.latest:
             raise MemrlError(f"this bank's {migrations.name} tables have schema version {version}, newer than this "
@@ -242,8 +242,9 @@ class Store(BankViews, BankRepairs, RunRecords):
         if self.meta(migrations.meta_key) != migrations.latest:
             self.set_meta(migrations.meta_key, migrations.latest)
 
-    def _serialise_migrations(self) -> None:
-        """Inside a write: wait for any other process migrating this bank (SQLite's writers already queue)."""
+    def _serialise_schema_changes(self) -> None:
+        """Inside a write: wait for any other process migrating this bank or changing its engine index
+        (SQLite's writers already queue)."""
 
     def backup(self, destination: str, overwrite: bool = False) -> None:
         """A consistent copy of the bank in a new file `destination` (replacing one only with `overwrite`)

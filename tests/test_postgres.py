@@ -321,6 +321,12 @@ def vector_searches(bank: MemoryBank, monkeypatch: pytest.MonkeyPatch, query: np
     return seen
 
 
+def search_plan(bank: MemoryBank, monkeypatch: pytest.MonkeyPatch, query: np.ndarray) -> str:
+    """The server's plan (EXPLAIN, one line) of the one vector search a retrieval of `query` sends."""
+    [(sql, args)] = vector_searches(bank, monkeypatch, query)
+    return " ".join(r[0] for r in bank.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
+
+
 def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     centres = normalise(rng.normal(size=(50, 32)))
@@ -337,8 +343,7 @@ def test_hnsw_recall_stats_and_drop(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
             bank.conn.execute("SET enable_seqscan = off")
         plans = {}
         for name, bank in (("hnsw", hnsw), ("exact", exact)):
-            [(sql, args)] = vector_searches(bank, monkeypatch, queries[0])
-            plans[name] = " ".join(r[0] for r in bank.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
+            plans[name] = search_plan(bank, monkeypatch, queries[0])
         assert "memory_vectors_hnsw" in plans["hnsw"] and "hnsw" not in plans["exact"], plans
 
         for k1 in (10, 250):  # 250 > hnsw.ef_search (200): iterative scans still return k1 candidates
@@ -398,8 +403,7 @@ def test_the_hnsw_graph_indexes_a_copy_that_rewards_and_receipts_never_rewrite(p
         with MemoryBank(pg_dsn, index="hnsw") as hnsw:
             for setting in ("enable_seqscan", "enable_sort"):  # 60 rows are cheaper to scan and sort
                 hnsw.conn.execute(f"SET {setting} = off")
-            [(sql, args)] = vector_searches(hnsw, monkeypatch, vectors[50])
-            plan = " ".join(r[0] for r in hnsw.store.conn.raw.execute("EXPLAIN " + sql, args).fetchall())
+            plan = search_plan(hnsw, monkeypatch, vectors[50])
             assert "memory_vectors_hnsw" in plan and "Join" in plan, plan
             found = hnsw.retrieve("q", RetrieveParams(k1=5, threshold=-1.0), vector=vectors[50].tolist(), record=False)
             assert 51 not in [c.memory_id for c in found.candidates] and len(found.candidates) == 5
