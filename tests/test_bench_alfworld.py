@@ -7,6 +7,7 @@ reset costs 0.5-4 s, so only a few games are played.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -220,6 +221,54 @@ def test_examples_are_built_from_training_walkthroughs_and_cached(data_root: Pat
     assert len(cached) == 1
     assert {item["task"]: item["example"] for item in json.loads(cached[0].read_text())} == examples
     assert AlfworldBenchmark(data=str(data_root)).examples() == examples
+
+
+def test_textworld_turns_go_to_a_loaded_game_then_a_step_then_a_game_for_later() -> None:
+    """While one TextWorld call runs, the waiting ones go by rank, whatever the order they came in."""
+    import threading
+    import time
+
+    from memrl_bench.adapters.alfworld_game import LOAD, LOAD_AHEAD, STEP, _Turns
+
+    turns, order = _Turns(), []
+
+    def wait_for_turn(rank: int) -> None:
+        with turns.turn(rank):
+            order.append(rank)
+
+    with turns.turn(LOAD):
+        threads = []
+        for rank in (LOAD_AHEAD, STEP, LOAD_AHEAD, LOAD, STEP):
+            threads.append(threading.Thread(target=wait_for_turn, args=(rank,)))
+            threads[-1].start()
+            time.sleep(0.02)  # each waits before the next comes
+    for thread in threads:
+        thread.join(5)
+    assert order == [LOAD, STEP, STEP, LOAD_AHEAD, LOAD_AHEAD]
+
+
+def test_a_game_loads_with_the_garbage_collector_paused_and_restored(bench: AlfworldBenchmark) -> None:
+    """The translator's millions of allocations no longer run the cyclic collector hundreds of times per game (it
+    slowed every load down with each game held open); the collector's own setting is what it was before."""
+    (task,) = one_per_type(bench.tasks("valid_unseen"), ("put",))
+    collections: list[str] = []
+
+    def count(phase: str, info: dict) -> None:
+        collections.append(phase)
+
+    gc.callbacks.append(count)
+    try:
+        with GameEnv(task.payload) as env:
+            env.reset()
+            during = collections.count("start")
+            assert gc.isenabled()
+        gc.disable()
+        with GameEnv(task.payload) as env:
+            assert not gc.isenabled()  # a collector the caller paused stays paused
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
+    assert during <= 4  # one after each call at most (~700 per game unpaused)
 
 
 def test_environment_failure_is_an_env_error(bench: AlfworldBenchmark, tmp_path: Path) -> None:
@@ -564,9 +613,39 @@ def test_games_on_threads_play_exactly_as_one_by_one(bench: AlfworldBenchmark) -
 
 
 @pytest.mark.slow
+def test_a_game_prepared_ahead_plays_as_one_its_episode_starts(data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness loads a batch's games ahead (`prepare`, on another thread, while other games play): an episode
+    then starts from its prepared game, not a second copy, and plays exactly as one that starts its own; a game
+    prepared and never played is closed with the adapter."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import memrl_bench.adapters.alfworld as alfworld
+
+    bench = AlfworldBenchmark(data=str(data_root), examples=examples())
+    tasks = one_per_type(bench.tasks("valid_unseen"), ("put", "heat", "clean", "examine"))
+    with ScriptedChatServer(walkthrough_responder(tasks)) as server:
+        alone = [bench.run_episode(task, [], client(server)) for task in tasks[:2]]
+        started: list[str] = []
+        start_game = alfworld._start_game
+        monkeypatch.setattr(alfworld, "_start_game", lambda path, ahead=False: started.append(path) or start_game(path, ahead))
+        with ThreadPoolExecutor(1) as loader:
+            loading = [loader.submit(bench.prepare, task, True) for task in tasks[:3]]
+            meanwhile = bench.run_episode(tasks[3], [], client(server))  # starts its own game, beside the loads
+            for load in loading:
+                load.result()
+        assert len(started) == 4 and meanwhile.success
+        ahead = [bench.run_episode(task, [], client(server)) for task in tasks[:2]]
+        assert len(started) == 4  # both played from their prepared games
+        assert [e.trajectory for e in ahead] == [e.trajectory for e in alone] and all(e.success for e in ahead)
+        bench.close()  # closes the third, never played
+        assert bench.run_episode(tasks[2], [], client(server)).success and len(started) == 5
+
+
+@pytest.mark.slow
 def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tmp_path: Path) -> None:
-    """Two epochs of 4 real games learning from memory: episodes in flight on threads (in this process, and in
-    2 worker processes) give the same episodes, memories, receipts and ledger as one at a time."""
+    """Two epochs of 4 real games in batches of 2, learning from memory: episodes in flight on threads (in this
+    process, and in 2 worker processes, each loading its games of the next batch ahead) give the same episodes,
+    memories, receipts and ledger as one at a time."""
     from test_harness import learned
 
     from memrl_bench.framework.config import BenchConfig
@@ -575,7 +654,7 @@ def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tm
 
     every = AlfworldBenchmark(data=str(data_root), train_split="valid_unseen").tasks("valid_unseen")
     tasks = stratified_sample(every, 4, 0, "train")
-    config = dict(benchmark="alfworld", method="memrl", epochs=2, batch_size=4, limit=4, threshold=0.95,
+    config = dict(benchmark="alfworld", method="memrl", epochs=2, batch_size=2, limit=4, threshold=0.95,
                   data=str(data_root), options={"train_split": "valid_unseen", "max_steps": 8, "examples": examples()})
     got = {}
     with ScriptedChatServer(learning_responder(tasks)) as server:

@@ -1,6 +1,6 @@
 """memrl_bench.framework.worker and .pool alone, in this process, with a real Chat Completions server on
 127.0.0.1: the memory text each method leaves, the episodes of a group played on threads in stream
-order, a failure that cancels the rest of its group, and in-process play's executor."""
+order, environments loaded ahead, a failure that cancels the rest of its group, and in-process play's executor."""
 
 from __future__ import annotations
 
@@ -61,6 +61,32 @@ class Breaking:
         for _ in range(self.calls):
             llm.chat([{"role": "user", "content": f"{task.query}: what is the passcode of room 1?"}])
         return Episode(success=True, steps=self.calls, trajectory="done")
+
+    def close(self) -> None:
+        pass
+
+
+class Loading:
+    """A fake environment (no game behind it) that loads ahead (`prepare`): it logs each load with its thread and
+    each episode, and an episode is won only if its environment was loaded before it started."""
+
+    name, train_split, eval_splits, thread_safe, uses_llm = "loading", "train", (), True, False
+    log: list[tuple[str, ...]] = []
+
+    def __init__(self, data: str | None = None, limit: int | None = None) -> None:
+        self.ready: set[str] = set()
+
+    def tasks(self, split: str) -> list[Task]:
+        return []
+
+    def prepare(self, task: Task, ahead: bool = False) -> None:
+        time.sleep(0.05)
+        Loading.log.append(("loaded", task.id, threading.current_thread().name, ahead))
+        self.ready.add(task.id)
+
+    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
+        Loading.log.append(("played", task.id))
+        return Episode(success=task.id in self.ready, steps=1, trajectory=task.id)
 
     def close(self) -> None:
         pass
@@ -129,6 +155,22 @@ def test_a_group_plays_on_threads_and_returns_in_stream_order() -> None:
     assert all(p.episode.success and p.usage["calls"] == 1 for p in played)
 
 
+def test_a_group_loads_its_environments_then_the_next_groups_on_one_thread_in_order(server) -> None:
+    start(server, f"{__name__}:Loading")
+    Loading.log.clear()
+    own, upcoming = ([Task(f"{kind}{i}", f"task {kind}{i}", i) for i in range(3)] for kind in ("own", "next"))
+    played = worker.play_group(own, [[], [], []], False, "memrl", threads=3, upcoming=upcoming)
+    assert [p.episode.trajectory for p in played] == ["own0", "own1", "own2"]
+    assert all(p.episode.success for p in played)  # each started from its environment, loaded first
+    deadline = time.monotonic() + 5
+    while len(loads := [entry for entry in Loading.log if entry[0] == "loaded"]) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the next group's load on after the call returned, before that group is dealt
+    assert all(p.episode.success for p in worker.play_group(upcoming, [[], [], []], False, "memrl", threads=3))
+    assert [(task_id, ahead) for _, task_id, _, ahead in loads] == [
+        ("own0", False), ("own1", False), ("own2", False), ("next0", True), ("next1", True), ("next2", True)]
+    assert {thread for _, _, thread, _ in loads} == {"loader_0"}
+
+
 def test_the_first_failure_of_a_group_cancels_the_others_at_their_next_llm_call() -> None:
     tasks = [Task("a", "task a", "a"), Task("boom", "task boom", "boom"), Task("c", "task c", "c")]
     with ScriptedChatServer(lambda request: {"content": "ok", "delay": 0.05}) as slow:
@@ -145,7 +187,7 @@ def test_the_first_failure_of_a_group_cancels_the_others_at_their_next_llm_call(
 def test_in_process_play_runs_at_once_and_hands_over_failures(server) -> None:
     settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test")
     with open_pool(0, (f"{__name__}:Breaking", None, None, {}, settings)) as pool:
-        done = pool.submit(worker.play_group, [Task("a", "task a", "a")], [[]], False, "memrl", 1)
+        done = pool.submit(0, worker.play_group, [Task("a", "task a", "a")], [[]], False, "memrl", 1)
         assert done.done() and done.result()[0].episode.success
-        failed = pool.submit(worker.play_group, [Task("boom", "task boom", "boom")], [[]], False, "memrl", 1)
+        failed = pool.submit(0, worker.play_group, [Task("boom", "task boom", "boom")], [[]], False, "memrl", 1)
         assert failed.done() and isinstance(failed.exception(), RuntimeError)  # as a worker process's would be

@@ -10,6 +10,7 @@ a memory block, then the new task). Games and intents come from `alfworld_data`.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,20 @@ class AlfworldBenchmark:
         if self.max_steps < 1:
             raise MemrlError(f"max_steps must be at least 1, got {max_steps}")
         self._examples: dict[str, list[dict[str, str]]] | None = None
+        self._ready: dict[str, tuple[GameEnv, str]] = {}  # task id -> its game, reset, and the opening observation
+        self._ready_lock = threading.Lock()
         if examples is not None:
             self._examples = load_examples_file(Path(examples).expanduser())
             missing = [t for t in self.task_types if t not in self._examples]
             if missing:
                 raise MemrlError(f"{examples} has no example for task type(s) {', '.join(missing)}: add them or filter task_types")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (adapters are): without the games this process prepared, which stay here."""
+        return {**self.__dict__, "_ready": {}, "_ready_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _ready_lock=threading.Lock())
 
     def tasks(self, split: str) -> list[Task]:
         """The split's games (sorted by id), filtered by task type, then cut to `limit`."""
@@ -91,22 +101,35 @@ class AlfworldBenchmark:
             raise MemrlError(f"the few-shot examples have no {task_type!r} example: add one to the examples file")
         return opening_messages(example, task_text, memories)
 
+    def prepare(self, task: Task, ahead: bool = False) -> None:
+        """Load and reset the task's game before its episode (any thread); its `run_episode` starts from it.
+        `ahead`: it plays in a later batch, so it waits for the steps of the games in play. A game that fails to
+        start is left alone: its episode starts it again and reports the error."""
+        try:
+            game = _start_game(task.payload, ahead)
+        except Exception:  # noqa: BLE001 - reported by the episode, which starts the game again
+            return
+        with self._ready_lock:
+            earlier = self._ready.pop(task.id, None)
+            self._ready[task.id] = game
+        if earlier is not None:
+            earlier[0].close()
+
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
         """Play the task's game with a ReAct agent for at most `max_steps` turns."""
         transcript: list[str] = []
         steps = 0
         invalid = 0
+        with self._ready_lock:
+            prepared = self._ready.pop(task.id, None)
         try:
-            env = GameEnv(task.payload)
+            env, opening = prepared or _start_game(task.payload)
         except MemrlError:
             raise
         except Exception as error:  # noqa: BLE001 - any failure to start the game is an environment error
             return env_error_episode(error, steps, transcript)
         with env:
-            try:
-                task_text = strip_banner(env.reset())
-            except Exception as error:  # noqa: BLE001
-                return env_error_episode(error, steps, transcript)
+            task_text = strip_banner(opening)
             transcript.append(task_text)
             messages = self.build_messages(task_text, task.meta["task_type"], memories)
             won = False
@@ -132,7 +155,21 @@ class AlfworldBenchmark:
         )
 
     def close(self) -> None:
-        """Nothing to release: each episode opens and closes its own game."""
+        """Close the games prepared and never played (each episode closes its own)."""
+        with self._ready_lock:
+            games, self._ready = list(self._ready.values()), {}
+        for env, _opening in games:
+            env.close()
+
+
+def _start_game(path: str, ahead: bool = False) -> tuple[GameEnv, str]:
+    """The game at `path`, reset, and its opening observation (with the welcome banner)."""
+    env = GameEnv(path, ahead)
+    try:
+        return env, env.reset()
+    except BaseException:
+        env.close()
+        raise
 
 
 def _agent_turn(reply: str, action: str) -> str:

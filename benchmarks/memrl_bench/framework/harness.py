@@ -5,7 +5,8 @@ Read top to bottom, this is the method:
     for each epoch, for each mini-batch of training tasks:
         retrieve memories for every task (two phases; a receipt per episode)
         play the episodes concurrently (up to --concurrency in flight, on threads in --workers processes:
-            while one waits for the LLM, the others proceed; the processes use the cores)
+            while one waits for the LLM, the others proceed; the processes use the cores;
+            each process then loads the games it will play in the next batch)
         in ONE transaction: reward each receipt's memories with R (+1 success / −1 failure),
             store every episode as a new memory (script if it succeeded, reflection if not),
             record the episodes and mark the batch done
@@ -26,8 +27,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
-from concurrent.futures import Executor, as_completed
+from collections.abc import Callable, Sequence
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,11 +38,11 @@ from memrl_bench.framework import metrics, registry
 from memrl_bench.framework.batch import Batch, commit, recall
 from memrl_bench.framework.config import BenchConfig, check_method
 from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings
-from memrl_bench.framework.pool import episode_groups, open_pool
+from memrl_bench.framework.pool import Workers, episode_groups, open_pool
 from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.reports import plot_learning_curves
 from memrl_bench.framework.sampling import stratified_sample
-from memrl_bench.framework.worker import Played, play_group, uses_llm
+from memrl_bench.framework.worker import Played, load_ahead, play_group, uses_llm
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
@@ -82,15 +83,24 @@ class Run:
         """Every committed episode of the run."""
         return runs.episodes(self.bank, self.run_id)
 
-    def play_batch(self, pool: Executor, batch: Batch) -> None:
-        """Retrieve, play and commit one mini-batch."""
+    def groups(self, n: int) -> list[tuple[list[int], int]]:
+        """How a batch of `n` episodes is dealt to the worker processes (`pool.episode_groups`)."""
+        return episode_groups(n, self.processes, self.concurrency, self.threaded)
+
+    def play_batch(self, pool: Workers, batch: Batch, upcoming: Sequence[Task] = ()) -> None:
+        """Retrieve, play and commit one mini-batch; the processes then load the `upcoming` batch's games."""
+        tasks, groups = batch.tasks, self.groups(len(batch.tasks))
+        if pool.pinned:  # the processes start loading the batch's games (if not yet) while the bank recalls
+            for g, (positions, _) in enumerate(groups):
+                pool.submit(g, load_ahead, [tasks[i] for i in positions])
         learn = batch.phase == "train" and self.config.uses_memory
         recalled = recall(self.bank, self.config, batch, learn)
-        tasks, memories = batch.tasks, recalled.memories
+        memories = recalled.memories
         played: list[Played | None] = [None] * len(tasks)
-        calls = {pool.submit(play_group, [tasks[i] for i in positions], [memories[i] for i in positions], learn,
-                             self.config.method, threads): positions
-                 for positions, threads in episode_groups(len(tasks), self.processes, self.concurrency, self.threaded)}
+        ahead = [[upcoming[i] for i in positions] for positions, _ in self.groups(len(upcoming))]
+        calls = {pool.submit(g, play_group, [tasks[i] for i in positions], [memories[i] for i in positions], learn,
+                             self.config.method, threads, ahead[g] if g < len(ahead) else []): positions
+                 for g, (positions, threads) in enumerate(groups)}
         for call in as_completed(calls):  # results land in stream order whatever order they finish in
             for i, result in zip(calls[call], call.result()):
                 played[i] = result
@@ -101,15 +111,16 @@ class Run:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
 
-    def play_stream(self, pool: Executor, phase: str, split: str, epoch: int, tasks: list[Task],
+    def play_stream(self, pool: Workers, phase: str, split: str, epoch: int, tasks: list[Task],
                     done: set[tuple[str, str, int, int]]) -> None:
         """`tasks` in mini-batches of `batch_size`, skipping the batches `done` (committed before a resume)."""
         size = self.config.batch_size
         for index, start in enumerate(range(0, len(tasks), size)):
             if (phase, split, epoch, index) not in done:
-                self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]))
+                upcoming = tasks[start + size:start + 2 * size] if pool.pinned else []
+                self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]), upcoming)
 
-    def evaluate(self, pool: Executor, epoch: int, done: set[tuple[str, str, int, int]]) -> None:
+    def evaluate(self, pool: Workers, epoch: int, done: set[tuple[str, str, int, int]]) -> None:
         """Held-out accuracy with retrieval from the current bank and no writes to memory."""
         for split, tasks in self.evals.items():
             self.play_stream(pool, "eval", split, epoch, tasks, done)
@@ -119,7 +130,7 @@ class Run:
         solved = {r["task_id"] for r in self.records() if r["phase"] == "train" and r["epoch"] < epoch and r["success"]}
         return [t for t in self.train if t.id not in solved]
 
-    def loop(self, pool: Executor) -> None:
+    def loop(self, pool: Workers) -> None:
         """All epochs; committed batches are skipped, so this also resumes."""
         c = self.config
         done = runs.completed_batches(self.bank, self.run_id)
@@ -200,7 +211,7 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         runs.set_status(bank, run_id, "running")
         per_process = replace(settings, concurrency=-(-concurrency // processes))  # each worker's share of the limit
         initargs = (config.benchmark, config.data, None, config.options, per_process)
-        with open_pool(min(workers, processes), initargs) as pool:
+        with open_pool(min(workers, processes), initargs, pinned=threaded) as pool:
             run.loop(pool)
         summary = finish(run, settings)
         runs.set_status(bank, run_id, "finished")

@@ -1,10 +1,12 @@
 """The worker processes that play a run's episodes: starting them, dealing a batch's episodes to
 them, and stopping them.
 
-`open_pool(workers, initargs)` starts `workers` spawned processes, each initialised by
+`open_pool(workers, initargs, pinned)` starts `workers` spawned processes, each initialised by
 `memrl_bench.framework.worker.init_pool_worker` (0: play in this process, for debugging and tiny
 runs). `episode_groups` says how a batch is dealt: groups of positions, each played on threads
-by one call of a worker. When the run stops (Ctrl-C, SIGTERM through
+by one call of a worker. Pinned workers take group g of every batch in the same process g, which
+then holds the games it loaded ahead for it (`worker.play_group`'s `upcoming`); unpinned ones take
+calls as they free up. When the run stops (Ctrl-C, SIGTERM through
 `memrl_bench.framework.signals`, or an error), the episodes in flight are stopped with it.
 """
 
@@ -22,9 +24,10 @@ from memrl_bench.framework.worker import init_pool_worker, init_worker
 def episode_groups(n: int, processes: int, concurrency: int, threaded: bool) -> list[tuple[list[int], int]]:
     """How a batch of `n` episodes is played: (positions, threads) for each call of a worker process.
 
-    Thread-safe adapters: one group per process used, positions dealt round robin (stream order
-    clusters task types), threads summing to at most `concurrency`. Otherwise one episode per call,
-    so the processes take them as they free up (at most `processes` in flight).
+    Thread-safe adapters: one group per process used (group g to process g when pinned), positions
+    dealt round robin (stream order clusters task types), threads summing to at most `concurrency`.
+    Otherwise one episode per call, so the processes take them as they free up (at most `processes`
+    in flight).
     """
     if not threaded:
         return [([i], 1) for i in range(n)]
@@ -33,29 +36,46 @@ def episode_groups(n: int, processes: int, concurrency: int, threaded: bool) -> 
             for g in range(groups)]
 
 
+class Workers:
+    """A run's worker processes. `submit(group, fn, ...)` runs `fn` in one of them: with `pinned`, call `group`
+    always in process `group % workers` (what it prepared for the group's next batch is there); else in
+    whichever process frees up first."""
+
+    def __init__(self, executors: list[Executor], pinned: bool) -> None:
+        self.executors, self.pinned = executors, pinned
+
+    def submit(self, group: int, fn: Callable, /, *args: Any) -> Future:
+        return self.executors[group % len(self.executors) if self.pinned else 0].submit(fn, *args)
+
+
 @contextmanager
-def open_pool(workers: int, initargs: tuple) -> Iterator[Executor]:
-    """`workers` worker processes initialised with `initargs` (0: this process), stopped with the block."""
+def open_pool(workers: int, initargs: tuple, pinned: bool = False) -> Iterator[Workers]:
+    """`workers` worker processes initialised with `initargs` (0: this process), stopped with the block.
+    `pinned`: one executor per process, so that a group's calls all land in the same process."""
     if workers <= 0:
-        yield _InProcess(initargs)
+        yield Workers([_InProcess(initargs)], pinned)
         return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=init_pool_worker, initargs=initargs)
+    spawn = multiprocessing.get_context("spawn")
+    pools = [ProcessPoolExecutor(max_workers=1 if pinned else workers, mp_context=spawn,
+                                 initializer=init_pool_worker, initargs=initargs)
+             for _ in range(workers if pinned else 1)]
     try:
-        yield pool
+        yield Workers(list(pools), pinned)
     except BaseException:  # Ctrl-C, SIGTERM (memrl_bench.framework.signals) or an error: stop the episodes in flight
-        _stop_workers(pool)
+        _stop_workers(pools)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
+def _stop_workers(pools: list[ProcessPoolExecutor], grace: float = 15.0) -> None:
     """SIGTERM each worker (it unwinds its episode), then SIGKILL any still alive after `grace` seconds."""
     # ProcessPoolExecutor has no public way to stop busy workers before Python 3.14 (terminate_workers).
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    manager = getattr(pool, "_executor_manager_thread", None)
-    pool.shutdown(wait=False, cancel_futures=True)
+    processes = [p for pool in pools for p in (getattr(pool, "_processes", None) or {}).values()]
+    managers = [m for pool in pools if (m := getattr(pool, "_executor_manager_thread", None)) is not None]
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
@@ -63,7 +83,7 @@ def _stop_workers(pool: ProcessPoolExecutor, grace: float = 15.0) -> None:
         if process.is_alive():
             process.kill()
             process.join()
-    if manager is not None:  # else its wake-up pipe may close while Python's exit handler writes to it (EBADF)
+    for manager in managers:  # else its wake-up pipe may close while Python's exit handler writes to it (EBADF)
         manager.join(grace)
 
 

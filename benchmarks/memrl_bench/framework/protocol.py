@@ -75,7 +75,11 @@ class Benchmark(Protocol):
     # the LLM endpoint nor distils episodes, and stores each episode's trajectory as its memory.
     # An adapter that sets `thread_safe = True` may have `run_episode` called from several threads at once
     # (the harness then keeps up to --concurrency episodes in flight per run, several per worker process);
-    # without it, each worker process plays one episode at a time.
+    # without it, each worker process plays one episode at a time. A thread-safe adapter may also define
+    # `prepare(task, ahead: bool) -> None`: start the task's environment before its episode, on another thread of the
+    # process that will play it (the harness prepares a batch's, then the next batch's with `ahead=True`, which should
+    # yield to the episodes in play; ALFWorld loads and resets the game), never raising: an environment that fails
+    # to start is left to `run_episode`, which reports it.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

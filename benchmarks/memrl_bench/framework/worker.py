@@ -7,14 +7,22 @@ then (when training) turns itself into memory text: the method's distillation, o
 trajectory itself for an LLM-free adapter. Episodes of a group run on threads, each with its
 own view of the client (its own token usage); the first failure, or SIGTERM to the worker,
 ends the others at their next LLM call.
+
+An adapter with `prepare(task, ahead)` (ALFWorld: load and reset the game) has its environments
+loaded by one thread of the worker, in order: first the group's own (before any step of its
+episodes), then those of the group the same process will play in the next batch (`upcoming`,
+after the steps of the episodes in play), so that the next batch's loading runs while this
+batch's last episodes wait for the LLM. Loading needs neither memories nor the bank.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import signal
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from typing import Any
@@ -39,26 +47,71 @@ class Played:
 _ADAPTER: Benchmark | None = None
 _LLM: ChatClient | None = None
 _STOPPING = False  # set in a worker by SIGTERM: later episodes end at once
+_LOADER: ThreadPoolExecutor | None = None  # loads environments ahead of their episodes, one at a time, in order
+_LOADING: dict[str, Future] = {}  # task id -> its environment's loading, until its episode starts
+_PLAYING: frozenset[str] = frozenset()  # the task ids of the group this worker plays now (or is about to)
 
 
 def init_worker(name: str, data: str | None, limit: int | None, options: dict[str, Any],
                 settings: LLMSettings) -> None:
     """This process's adapter (closed at exit) and LLM client, for the episodes it will play."""
-    global _ADAPTER, _LLM
+    global _ADAPTER, _LLM, _LOADER
     _ADAPTER = registry.create(name, data, limit, options)
     _LLM = ChatClient(settings)
     atexit.register(_ADAPTER.close)
+    _LOADING.clear()  # (an earlier adapter of this process keeps what it loaded until it closes)
+    if _LOADER is None and can_prepare(_ADAPTER):
+        _LOADER = ThreadPoolExecutor(1, thread_name_prefix="loader")
+        atexit.register(_stop_loading)  # runs before the adapter's close (atexit is last in, first out)
+
+
+def can_prepare(adapter: Any) -> bool:
+    """True for a thread-safe adapter with `prepare(task, ahead)`: its environments load on another thread."""
+    return bool(getattr(adapter, "thread_safe", False)) and callable(getattr(adapter, "prepare", None))
+
+
+def load_ahead(playing: list[Task], upcoming: Sequence[Task] = ()) -> None:
+    """Queue the loading of the environments of `playing` (the group this worker plays now), then of `upcoming`
+    (its group of the next batch), after those queued before; nothing if the adapter cannot prepare them."""
+    global _PLAYING
+    if _LOADER is None or not can_prepare(_ADAPTER):
+        return
+    _PLAYING = frozenset(task.id for task in playing)
+    for task in [*playing, *upcoming]:
+        if task.id not in _LOADING:
+            _LOADING[task.id] = _LOADER.submit(_load, task)
+
+
+def _load(task: Task) -> None:
+    """Prepare `task`'s environment; one the group in play does not wait for yields to its episodes' steps."""
+    _ADAPTER.prepare(task, ahead=task.id not in _PLAYING)  # type: ignore[union-attr]
+
+
+def _stop_loading() -> None:
+    """Drop the loads not yet started (the one in progress ends by itself)."""
+    if _LOADER is not None:
+        _LOADER.shutdown(wait=False, cancel_futures=True)
 
 
 def init_pool_worker(*initargs: Any) -> None:
-    """A worker process: SIGTERM ends the episode in flight through its cleanups, and every later one."""
+    """A worker process: SIGTERM ends the episode in flight through its cleanups, and every later one. At exit the
+    interpreter skips its last garbage collection (`_skip_final_collection`)."""
     signal.signal(signal.SIGTERM, _stop_worker)
+    atexit.register(_skip_final_collection)  # first registered, so it runs after the adapter's close
     init_worker(*initargs)
+
+
+def _skip_final_collection() -> None:
+    """Exempt every object alive from the collection the interpreter makes as it exits: over the objects of the ~30
+    games a process played, it took 2.3 s at the end of each run (0.4 s without it; docs/performance.md)."""
+    gc.disable()
+    gc.freeze()
 
 
 def _stop_worker(signum: int, frame: Any) -> None:
     global _STOPPING
     _STOPPING = True
+    _stop_loading()
     raise SystemExit(128 + signum)
 
 
@@ -90,6 +143,9 @@ def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = 
     if cancel is not None and cancel.is_set():
         raise _Cancelled
     assert _ADAPTER is not None and _LLM is not None
+    loading = _LOADING.pop(task.id, None)
+    if loading is not None:  # its environment is loaded, or being loaded, ahead: the episode starts from it
+        loading.result()
     llm = _EpisodeLLM(_LLM, cancel or threading.Event())
     used = None
     if method == "self-rag":
@@ -104,8 +160,10 @@ def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = 
 
 
 def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: bool, method: str,
-               threads: int) -> list[Played]:
-    """Play episodes in this worker, `threads` at a time (in order); the first failure cancels the others."""
+               threads: int, upcoming: list[Task] | None = None) -> list[Played]:
+    """Play episodes in this worker, `threads` at a time (in order); the first failure cancels the others.
+    `upcoming`: the tasks this worker will play next, whose environments it loads once the group's own are."""
+    load_ahead(tasks, upcoming or [])
     if threads <= 1:
         return [play(t, m, learn, method) for t, m in zip(tasks, memories)]
     cancel = threading.Event()
