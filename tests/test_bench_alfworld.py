@@ -231,20 +231,27 @@ def test_textworld_turns_go_to_a_loaded_game_then_a_step_then_a_game_for_later()
     from memrl_bench.adapters.alfworld_game import LOAD, LOAD_AHEAD, STEP, _Turns
 
     turns, order = _Turns(), []
+    promoted = threading.Event()  # a game for later that its episode now waits for
 
-    def wait_for_turn(rank: int) -> None:
-        with turns.turn(rank):
-            order.append(rank)
+    def wait_for_turn(rank: int, name: str) -> None:
+        with turns.turn(lambda: LOAD if name == "promoted" and promoted.is_set() else rank):
+            order.append(name)
 
-    with turns.turn(LOAD):
+    with turns.turn(lambda: LOAD):
         threads = []
-        for rank in (LOAD_AHEAD, STEP, LOAD_AHEAD, LOAD, STEP):
-            threads.append(threading.Thread(target=wait_for_turn, args=(rank,)))
+        for n, (rank, name) in enumerate([(LOAD_AHEAD, "later"), (STEP, "step"), (LOAD_AHEAD, "promoted"),
+                                          (LOAD, "load"), (STEP, "step")]):
+            threads.append(threading.Thread(target=wait_for_turn, args=(rank, name)))
             threads[-1].start()
-            time.sleep(0.02)  # each waits before the next comes
+            deadline = time.monotonic() + 5
+            while sum(turns._waiting) < n + 1 and time.monotonic() < deadline:
+                time.sleep(0.001)  # it waits before the next comes
+        promoted.set()
+        time.sleep(0.3)  # a rank is asked again at least every 0.1 s while waiting
     for thread in threads:
         thread.join(5)
-    assert order == [LOAD, STEP, STEP, LOAD_AHEAD, LOAD_AHEAD]
+    assert set(order[:2]) == {"load", "promoted"}  # (no order is promised within a rank)
+    assert order[2:] == ["step", "step", "later"]
 
 
 def test_a_game_loads_with_the_garbage_collector_paused_and_restored(bench: AlfworldBenchmark) -> None:
@@ -626,10 +633,13 @@ def test_a_game_prepared_ahead_plays_as_one_its_episode_starts(data_root: Path, 
     with ScriptedChatServer(walkthrough_responder(tasks)) as server:
         alone = [bench.run_episode(task, [], client(server)) for task in tasks[:2]]
         started: list[str] = []
-        start_game = alfworld._start_game
-        monkeypatch.setattr(alfworld, "_start_game", lambda path, ahead=False: started.append(path) or start_game(path, ahead))
+        closed: list[GameEnv] = []
+        start_game, close_game = alfworld._start_game, GameEnv.close
+        monkeypatch.setattr(alfworld, "_start_game",
+                            lambda path, later=lambda: False: started.append(path) or start_game(path, later))
+        monkeypatch.setattr(GameEnv, "close", lambda env: closed.append(env) or close_game(env))
         with ThreadPoolExecutor(1) as loader:
-            loading = [loader.submit(bench.prepare, task, True) for task in tasks[:3]]
+            loading = [loader.submit(bench.prepare, task, lambda: True) for task in tasks[:3]]
             meanwhile = bench.run_episode(tasks[3], [], client(server))  # starts its own game, beside the loads
             for load in loading:
                 load.result()
@@ -637,15 +647,17 @@ def test_a_game_prepared_ahead_plays_as_one_its_episode_starts(data_root: Path, 
         ahead = [bench.run_episode(task, [], client(server)) for task in tasks[:2]]
         assert len(started) == 4  # both played from their prepared games
         assert [e.trajectory for e in ahead] == [e.trajectory for e in alone] and all(e.success for e in ahead)
-        bench.close()  # closes the third, never played
+        assert len(closed) == 3  # the games of the three episodes played
+        bench.close()  # closes the third prepared game, never played
+        assert len(closed) == 4
         assert bench.run_episode(tasks[2], [], client(server)).success and len(started) == 5
 
 
 @pytest.mark.slow
 def test_bench_alfworld_results_do_not_depend_on_concurrency(data_root: Path, tmp_path: Path) -> None:
     """Two epochs of 4 real games in batches of 2, learning from memory: episodes in flight on threads (in this
-    process, and in 2 worker processes, each loading its games of the next batch ahead) give the same episodes,
-    memories, receipts and ledger as one at a time."""
+    process, and in 2 worker processes; a worker's loader thread starts its games, and those of its next batch)
+    give the same episodes, memories, receipts and ledger as one at a time."""
     from test_harness import learned
 
     from memrl_bench.framework.config import BenchConfig

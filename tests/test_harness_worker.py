@@ -4,8 +4,10 @@ order, environments loaded ahead, a failure that cancels the rest of its group, 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -79,9 +81,9 @@ class Loading:
     def tasks(self, split: str) -> list[Task]:
         return []
 
-    def prepare(self, task: Task, ahead: bool = False) -> None:
+    def prepare(self, task: Task, later: Callable[[], bool] = lambda: False) -> None:
         time.sleep(0.05)
-        Loading.log.append(("loaded", task.id, threading.current_thread().name, ahead))
+        Loading.log.append(("loaded", task.id, threading.current_thread().name, later()))
         self.ready.add(task.id)
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
@@ -163,12 +165,34 @@ def test_a_group_loads_its_environments_then_the_next_groups_on_one_thread_in_or
     assert [p.episode.trajectory for p in played] == ["own0", "own1", "own2"]
     assert all(p.episode.success for p in played)  # each started from its environment, loaded first
     deadline = time.monotonic() + 5
-    while len(loads := [entry for entry in Loading.log if entry[0] == "loaded"]) < 6 and time.monotonic() < deadline:
+    while sum(entry[0] == "loaded" for entry in Loading.log) < 6 and time.monotonic() < deadline:
         time.sleep(0.01)  # the next group's load on after the call returned, before that group is dealt
     assert all(p.episode.success for p in worker.play_group(upcoming, [[], [], []], False, "memrl", threads=3))
-    assert [(task_id, ahead) for _, task_id, _, ahead in loads] == [
+    loads = [entry for entry in Loading.log if entry[0] == "loaded"]  # each once: the next group found its own
+    assert [(task_id, later) for _, task_id, _, later in loads] == [
         ("own0", False), ("own1", False), ("own2", False), ("next0", True), ("next1", True), ("next2", True)]
     assert {thread for _, _, thread, _ in loads} == {"loader_0"}
+
+
+def test_pinned_workers_take_each_group_in_the_same_process_batch_after_batch(server) -> None:
+    settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test")
+    with open_pool(2, (f"{__name__}:Loading", None, None, {}, settings), pinned=True) as pool:
+        pids = [[pool.submit(g, os.getpid).result() for g in (0, 1)] for _batch in range(3)]
+    assert pids[0] == pids[1] == pids[2] and pids[0][0] != pids[0][1]
+
+
+def test_a_stopped_worker_drops_the_loads_it_has_not_started(server) -> None:
+    """The run stopping (SIGTERM to its workers) leaves the queued loads undone: the worker exits by itself at once,
+    instead of being killed after the 15 s grace while its loader works through 20 s of them."""
+    settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test")
+    upcoming = [Task(f"next{i}", f"task next{i}", i) for i in range(400)]  # 0.05 s each
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with open_pool(1, (f"{__name__}:Loading", None, None, {}, settings), pinned=True) as pool:
+            pool.submit(0, worker.load_ahead, [], upcoming).result()
+            time.sleep(0.5)
+            raise KeyboardInterrupt
+    assert time.monotonic() - started < 10
 
 
 def test_the_first_failure_of_a_group_cancels_the_others_at_their_next_llm_call() -> None:

@@ -11,6 +11,7 @@ a memory block, then the new task). Games and intents come from `alfworld_data`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,12 @@ class AlfworldBenchmark:
             raise MemrlError(f"the few-shot examples have no {task_type!r} example: add one to the examples file")
         return opening_messages(example, task_text, memories)
 
-    def prepare(self, task: Task, ahead: bool = False) -> None:
+    def prepare(self, task: Task, later: Callable[[], bool] = lambda: False) -> None:
         """Load and reset the task's game before its episode (any thread); its `run_episode` starts from it.
-        `ahead`: it plays in a later batch, so it waits for the steps of the games in play. A game that fails to
-        start is left alone: its episode starts it again and reports the error."""
+        While `later()`, it plays in a later batch and waits for the steps of the games in play. A game that fails
+        to start is left alone: its episode starts it again and reports the error."""
         try:
-            game = _start_game(task.payload, ahead)
+            game = _start_game(task.payload, later)
         except Exception:  # noqa: BLE001 - reported by the episode, which starts the game again
             return
         with self._ready_lock:
@@ -162,9 +163,9 @@ class AlfworldBenchmark:
             env.close()
 
 
-def _start_game(path: str, ahead: bool = False) -> tuple[GameEnv, str]:
+def _start_game(path: str, later: Callable[[], bool] = lambda: False) -> tuple[GameEnv, str]:
     """The game at `path`, reset, and its opening observation (with the welcome banner)."""
-    env = GameEnv(path, ahead)
+    env = GameEnv(path, later)
     try:
         return env, env.reset()
     except BaseException:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,8 @@ class _Turns:
     """One holder at a time; of those waiting, the lowest rank goes first (FIFO is not promised within a rank).
 
     A batch ends when its last-loaded game has played its chain of LLM calls, so its games load before any step,
-    and a game loaded ahead for the next batch waits for the steps of the games in play (docs/performance.md)."""
+    and a game loaded ahead for the next batch waits for the steps of the games in play (docs/performance.md).
+    A rank is asked again while its caller waits (a game for later becomes one an episode waits for)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -38,33 +39,40 @@ class _Turns:
         self._waiting = [0, 0, 0]
 
     @contextmanager
-    def turn(self, rank: int) -> Iterator[None]:
-        with self._changed:
-            self._waiting[rank] += 1
-            try:
-                self._changed.wait_for(lambda: not self._held and not any(self._waiting[:rank]))
-            finally:  # (also when the wait is interrupted: the lower ranks must not wait for it)
-                self._waiting[rank] -= 1
-                self._changed.notify_all()
-            self._held = True
+    def turn(self, rank: Callable[[], int]) -> Iterator[None]:
+        acquired = False
         try:
+            with self._changed:
+                now = rank()
+                self._waiting[now] += 1
+                try:
+                    while self._held or any(self._waiting[:now]):
+                        self._changed.wait(0.1)  # (a rank may change without a release: look again)
+                        self._waiting[now] -= 1
+                        now = rank()
+                        self._waiting[now] += 1
+                finally:  # also when the wait is interrupted: the ranks after it must not wait for it
+                    self._waiting[now] -= 1
+                    self._changed.notify_all()
+                acquired = self._held = True
             yield
         finally:
-            with self._changed:
-                self._held = False
-                self._changed.notify_all()
+            if acquired:
+                with self._changed:
+                    self._held = False
+                    self._changed.notify_all()
 
 
 _TEXTWORLD = _Turns()
 
 
 @contextmanager
-def _textworld_call(rank: int) -> Iterator[None]:
+def _textworld_call(rank: Callable[[], int]) -> Iterator[None]:
     """A TextWorld call at its turn (`_Turns`), with Python's cyclic garbage collector paused during it.
 
     The translator allocates millions of small objects per game (loaded, then reset): at the default threshold the
     collector ran ~700 times per game, some of them over every object alive, so a game took 0.86 s of CPU alone
-    and 2.3 s with 24 others open in the process. Paused, it collects after the call: 0.48 and 1.03 s, the same
+    and 2.3 s with 24 others open in the process. Paused (it resumes after the call): 0.48 and 1.03 s, the same
     peak memory (docs/performance.md)."""
     with _TEXTWORLD.turn(rank):
         enabled = gc.isenabled()
@@ -79,12 +87,13 @@ def _textworld_call(rank: int) -> Iterator[None]:
 class GameEnv:
     """One ALFWorld game in TextWorld, wrapped as the official `AlfredTWEnv` wraps its games.
 
-    Thread-safe: games on several threads take turns, one TextWorld call at a time per process. `ahead`: the game
-    is loaded for a later batch, so loading it and resetting it wait for the steps of the games in play.
+    Thread-safe: games on several threads take turns, one TextWorld call at a time per process. `later()` says
+    whether the game is loaded for a later batch (asked at each turn): loading and resetting it then wait for the
+    steps of the games in play.
     """
 
-    def __init__(self, game_path: str, ahead: bool = False) -> None:
-        self._load_rank = LOAD_AHEAD if ahead else LOAD
+    def __init__(self, game_path: str, later: Callable[[], bool] = lambda: False) -> None:
+        self._load_rank = lambda: LOAD_AHEAD if later() else LOAD
         with _textworld_call(self._load_rank):
             textworld, generic_environment, filter_wrapper, demangler, infos_wrapper = textworld_parts()
             request = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
@@ -102,13 +111,13 @@ class GameEnv:
 
     def step(self, action: str) -> tuple[str, bool]:
         """Apply one command; return the observation and whether the game is won."""
-        with _textworld_call(STEP):
+        with _textworld_call(lambda: STEP):
             observation, _score, _done, infos = self._env.step(action)
         return str(observation), bool(infos["won"])
 
     def close(self) -> None:
         """Release the game."""
-        with _textworld_call(LOAD):
+        with _textworld_call(lambda: LOAD):
             self._env.close()
 
     def __enter__(self) -> GameEnv:

@@ -42,7 +42,7 @@ from memrl_bench.framework.pool import Workers, episode_groups, open_pool
 from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.reports import plot_learning_curves
 from memrl_bench.framework.sampling import stratified_sample
-from memrl_bench.framework.worker import Played, load_ahead, play_group, uses_llm
+from memrl_bench.framework.worker import Played, can_prepare, load_ahead, play_group, uses_llm
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
@@ -184,6 +184,7 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         needs_llm = uses_llm(adapter)
         check_method(config.method, config.benchmark, adapter)
         threaded = bool(getattr(adapter, "thread_safe", False))
+        preparing = can_prepare(adapter)  # its environments load ahead, in the process that will play them
     finally:
         adapter.close()
     if not train:
@@ -211,7 +212,7 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         runs.set_status(bank, run_id, "running")
         per_process = replace(settings, concurrency=-(-concurrency // processes))  # each worker's share of the limit
         initargs = (config.benchmark, config.data, None, config.options, per_process)
-        with open_pool(min(workers, processes), initargs, pinned=threaded) as pool:
+        with open_pool(min(workers, processes), initargs, pinned=preparing) as pool:
             run.loop(pool)
         summary = finish(run, settings)
         runs.set_status(bank, run_id, "finished")

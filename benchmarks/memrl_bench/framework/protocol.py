@@ -76,10 +76,11 @@ class Benchmark(Protocol):
     # An adapter that sets `thread_safe = True` may have `run_episode` called from several threads at once
     # (the harness then keeps up to --concurrency episodes in flight per run, several per worker process);
     # without it, each worker process plays one episode at a time. A thread-safe adapter may also define
-    # `prepare(task, ahead: bool) -> None`: start the task's environment before its episode, on another thread of the
-    # process that will play it (the harness prepares a batch's, then the next batch's with `ahead=True`, which should
-    # yield to the episodes in play; ALFWorld loads and resets the game), never raising: an environment that fails
-    # to start is left to `run_episode`, which reports it.
+    # `prepare(task, later: Callable[[], bool]) -> None`: start the task's environment before its episode, on another
+    # thread of the process that will play it (the harness prepares a batch's, then the next batch's; while `later()`
+    # is true the task plays in a later batch and its start should yield to the episodes in play; ALFWorld loads and
+    # resets the game), never raising: an environment that fails to start is left to `run_episode`, which reports
+    # it. Only `run_episode` takes what `prepare` started, so a `SingleGeneration` adapter should not define it.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

@@ -8,7 +8,7 @@ trajectory itself for an LLM-free adapter. Episodes of a group run on threads, e
 own view of the client (its own token usage); the first failure, or SIGTERM to the worker,
 ends the others at their next LLM call.
 
-An adapter with `prepare(task, ahead)` (ALFWorld: load and reset the game) has its environments
+An adapter with `prepare(task, later)` (ALFWorld: load and reset the game) has its environments
 loaded by one thread of the worker, in order: first the group's own (before any step of its
 episodes), then those of the group the same process will play in the next batch (`upcoming`,
 after the steps of the episodes in play), so that the next batch's loading runs while this
@@ -59,14 +59,13 @@ def init_worker(name: str, data: str | None, limit: int | None, options: dict[st
     _ADAPTER = registry.create(name, data, limit, options)
     _LLM = ChatClient(settings)
     atexit.register(_ADAPTER.close)
-    _LOADING.clear()  # (an earlier adapter of this process keeps what it loaded until it closes)
+    _LOADING.clear()  # a new adapter: nothing loaded for it yet
     if _LOADER is None and can_prepare(_ADAPTER):
         _LOADER = ThreadPoolExecutor(1, thread_name_prefix="loader")
-        atexit.register(_stop_loading)  # runs before the adapter's close (atexit is last in, first out)
 
 
 def can_prepare(adapter: Any) -> bool:
-    """True for a thread-safe adapter with `prepare(task, ahead)`: its environments load on another thread."""
+    """True for a thread-safe adapter with `prepare(task, later)`: its environments load on another thread."""
     return bool(getattr(adapter, "thread_safe", False)) and callable(getattr(adapter, "prepare", None))
 
 
@@ -83,35 +82,37 @@ def load_ahead(playing: list[Task], upcoming: Sequence[Task] = ()) -> None:
 
 
 def _load(task: Task) -> None:
-    """Prepare `task`'s environment; one the group in play does not wait for yields to its episodes' steps."""
-    _ADAPTER.prepare(task, ahead=task.id not in _PLAYING)  # type: ignore[union-attr]
+    """Prepare `task`'s environment (nothing once the worker is stopping); while its group is not the one in play,
+    it yields to the steps of that group's episodes."""
+    if not _STOPPING:
+        _ADAPTER.prepare(task, later=lambda: task.id not in _PLAYING)  # type: ignore[union-attr]
 
 
-def _stop_loading() -> None:
-    """Drop the loads not yet started (the one in progress ends by itself)."""
-    if _LOADER is not None:
-        _LOADER.shutdown(wait=False, cancel_futures=True)
+def stop_loading() -> None:
+    """Drop the loads not yet started (the one in progress ends by itself): the run is stopping."""
+    for loading in list(_LOADING.values()):
+        loading.cancel()
 
 
 def init_pool_worker(*initargs: Any) -> None:
     """A worker process: SIGTERM ends the episode in flight through its cleanups, and every later one. At exit the
     interpreter skips its last garbage collection (`_skip_final_collection`)."""
     signal.signal(signal.SIGTERM, _stop_worker)
-    atexit.register(_skip_final_collection)  # first registered, so it runs after the adapter's close
+    atexit.register(_skip_final_collection)  # registered before the adapter's close, so it runs after it
     init_worker(*initargs)
 
 
 def _skip_final_collection() -> None:
     """Exempt every object alive from the collection the interpreter makes as it exits: over the objects of the ~30
-    games a process played, it took 2.3 s at the end of each run (0.4 s without it; docs/performance.md)."""
+    games a process played, it took 2.3 s at the end of each run (0.4 s without it; docs/performance.md). No exit
+    handler of a worker relies on the collector."""
     gc.disable()
     gc.freeze()
 
 
 def _stop_worker(signum: int, frame: Any) -> None:
     global _STOPPING
-    _STOPPING = True
-    _stop_loading()
+    _STOPPING = True  # (the loads still queued return at once)
     raise SystemExit(128 + signum)
 
 
@@ -145,7 +146,7 @@ def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = 
     assert _ADAPTER is not None and _LLM is not None
     loading = _LOADING.pop(task.id, None)
     if loading is not None:  # its environment is loaded, or being loaded, ahead: the episode starts from it
-        loading.result()
+        wait_for([loading])  # (an adapter's prepare failing, against the protocol, leaves the start to run_episode)
     llm = _EpisodeLLM(_LLM, cancel or threading.Event())
     used = None
     if method == "self-rag":
