@@ -247,11 +247,40 @@ def test_textworld_turns_go_to_a_loaded_game_then_a_step_then_a_game_for_later()
             while sum(turns._waiting) < n + 1 and time.monotonic() < deadline:
                 time.sleep(0.001)  # it waits before the next comes
         promoted.set()
-        time.sleep(0.3)  # a rank is asked again at least every 0.1 s while waiting
+        deadline = time.monotonic() + 5
+        while turns._waiting[LOAD] < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)  # a rank is asked again at least every 0.1 s while waiting
     for thread in threads:
         thread.join(5)
     assert set(order[:2]) == {"load", "promoted"}  # (no order is promised within a rank)
     assert order[2:] == ["step", "step", "later"]
+    assert turns._waiting == [0, 0, 0] and not turns._held
+
+
+def test_a_textworld_wait_interrupted_leaves_the_turns_as_they_were() -> None:
+    import threading
+
+    from memrl_bench.adapters.alfworld_game import LOAD, STEP, _Turns
+
+    turns, asked = _Turns(), []
+
+    def rank() -> int:  # interrupted (as by Ctrl-C) the second time it is asked
+        asked.append(1)
+        if len(asked) == 2:
+            raise KeyboardInterrupt
+        return LOAD
+
+    def wait() -> None:
+        with pytest.raises(KeyboardInterrupt), turns.turn(rank):
+            pass
+
+    with turns.turn(lambda: STEP):
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        waiter.join(5)
+    assert turns._waiting == [0, 0, 0] and not turns._held
+    with turns.turn(lambda: STEP):  # and a later call gets its turn
+        pass
 
 
 def test_a_game_loads_with_the_garbage_collector_paused_and_restored(bench: AlfworldBenchmark) -> None:

@@ -74,6 +74,8 @@ class Loading:
 
     name, train_split, eval_splits, thread_safe, uses_llm = "loading", "train", (), True, False
     log: list[tuple[str, ...]] = []
+    asked: dict[str, Callable[[], bool]] = {}  # each task's `later`, to ask again afterwards
+    seconds = 0.05  # to load an environment
 
     def __init__(self, data: str | None = None, limit: int | None = None) -> None:
         self.ready: set[str] = set()
@@ -82,12 +84,15 @@ class Loading:
         return []
 
     def prepare(self, task: Task, later: Callable[[], bool] = lambda: False) -> None:
-        time.sleep(0.05)
+        time.sleep(Loading.seconds)
         Loading.log.append(("loaded", task.id, threading.current_thread().name, later()))
+        Loading.asked[task.id] = later
         self.ready.add(task.id)
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
         Loading.log.append(("played", task.id))
+        if task.payload == "boom":
+            raise RuntimeError("the environment broke")
         return Episode(success=task.id in self.ready, steps=1, trajectory=task.id)
 
     def close(self) -> None:
@@ -172,6 +177,22 @@ def test_a_group_loads_its_environments_then_the_next_groups_on_one_thread_in_or
     assert [(task_id, later) for _, task_id, _, later in loads] == [
         ("own0", False), ("own1", False), ("own2", False), ("next0", True), ("next1", True), ("next2", True)]
     assert {thread for _, _, thread, _ in loads} == {"loader_0"}
+    assert not any(Loading.asked[f"next{i}"]() for i in range(3))  # asked now, their group is the one in play
+
+
+def test_a_failed_episode_drops_the_loads_of_its_group_not_started(server) -> None:
+    start(server, f"{__name__}:Loading")
+    Loading.log.clear()
+    tasks = [Task("boom", "task boom", "boom"), *(Task(f"own{i}", f"task own{i}", i) for i in range(4))]
+    Loading.seconds = 0.2
+    try:
+        with pytest.raises(RuntimeError, match="the environment broke"):
+            worker.play_group(tasks, [[]] * 5, False, "memrl", threads=5)
+    finally:
+        Loading.seconds = 0.05
+    loaded = [entry[1] for entry in Loading.log if entry[0] == "loaded"]
+    assert loaded == ["boom", "own0"]  # own0's load was under way; the others' never started
+    assert [entry[1] for entry in Loading.log if entry[0] == "played"] == ["boom"]
 
 
 def test_pinned_workers_take_each_group_in_the_same_process_batch_after_batch(server) -> None:
@@ -186,13 +207,13 @@ def test_a_stopped_worker_drops_the_loads_it_has_not_started(server) -> None:
     instead of being killed after the 15 s grace while its loader works through 20 s of them."""
     settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test")
     upcoming = [Task(f"next{i}", f"task next{i}", i) for i in range(400)]  # 0.05 s each
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         with open_pool(1, (f"{__name__}:Loading", None, None, {}, settings), pinned=True) as pool:
             pool.submit(0, worker.load_ahead, [], upcoming).result()
             time.sleep(0.5)
+            stopped = time.monotonic()
             raise KeyboardInterrupt
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - stopped < 10
 
 
 def test_the_first_failure_of_a_group_cancels_the_others_at_their_next_llm_call() -> None:

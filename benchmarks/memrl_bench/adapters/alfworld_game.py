@@ -48,9 +48,12 @@ class _Turns:
                 try:
                     while self._held or any(self._waiting[:now]):
                         self._changed.wait(0.1)  # (a rank may change without a release: look again)
-                        self._waiting[now] -= 1
-                        now = rank()
-                        self._waiting[now] += 1
+                        asked = rank()
+                        if asked != now:
+                            self._waiting[now] -= 1
+                            self._waiting[asked] += 1
+                            now = asked
+                            self._changed.notify_all()
                 finally:  # also when the wait is interrupted: the ranks after it must not wait for it
                     self._waiting[now] -= 1
                     self._changed.notify_all()

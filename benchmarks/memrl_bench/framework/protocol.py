@@ -77,8 +77,9 @@ class Benchmark(Protocol):
     # (the harness then keeps up to --concurrency episodes in flight per run, several per worker process);
     # without it, each worker process plays one episode at a time. A thread-safe adapter may also define
     # `prepare(task, later: Callable[[], bool]) -> None`: start the task's environment before its episode, on another
-    # thread of the process that will play it (the harness prepares a batch's, then the next batch's; while `later()`
-    # is true the task plays in a later batch and its start should yield to the episodes in play; ALFWorld loads and
+    # thread of the process that will play it (the harness prepares a batch's, then the next batch's; while `later()`,
+    # a cheap call that takes no lock, is true the task plays in a later batch and its start should yield to the
+    # episodes in play; ALFWorld loads and
     # resets the game), never raising: an environment that fails to start is left to `run_episode`, which reports
     # it. Only `run_episode` takes what `prepare` started, so a `SingleGeneration` adapter should not define it.
 

@@ -88,7 +88,7 @@ def _load(task: Task) -> None:
         _ADAPTER.prepare(task, later=lambda: task.id not in _PLAYING)  # type: ignore[union-attr]
 
 
-def stop_loading() -> None:
+def _stop_loading() -> None:
     """Drop the loads not yet started (the one in progress ends by itself): the run is stopping."""
     for loading in list(_LOADING.values()):
         loading.cancel()
@@ -139,14 +139,15 @@ class _EpisodeLLM:
 def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl",
          cancel: threading.Event | None = None) -> Played:
     """One episode of `task` with `memories`, and (when `learn`) the memory text it leaves."""
+    loading = _LOADING.get(task.id)
+    if loading is not None:  # its environment is loaded, or being loaded, ahead: the episode starts from it
+        wait_for([loading])  # (an adapter's prepare failing, against the protocol, leaves the start to run_episode)
+        _LOADING.pop(task.id, None)
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
     if cancel is not None and cancel.is_set():
         raise _Cancelled
     assert _ADAPTER is not None and _LLM is not None
-    loading = _LOADING.pop(task.id, None)
-    if loading is not None:  # its environment is loaded, or being loaded, ahead: the episode starts from it
-        wait_for([loading])  # (an adapter's prepare failing, against the protocol, leaves the start to run_episode)
     llm = _EpisodeLLM(_LLM, cancel or threading.Event())
     used = None
     if method == "self-rag":
@@ -166,7 +167,11 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
     `upcoming`: the tasks this worker will play next, whose environments it loads once the group's own are."""
     load_ahead(tasks, upcoming or [])
     if threads <= 1:
-        return [play(t, m, learn, method) for t, m in zip(tasks, memories)]
+        try:
+            return [play(t, m, learn, method) for t, m in zip(tasks, memories)]
+        except BaseException:
+            _stop_loading()  # the run is stopping: nothing more to load
+            raise
     cancel = threading.Event()
     pool = ThreadPoolExecutor(threads, thread_name_prefix="episode")
     try:
@@ -174,6 +179,7 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
         wait_for(futures, return_when=FIRST_EXCEPTION)
         if any(f.done() and f.exception() is not None for f in futures):
             cancel.set()
+            _stop_loading()  # (episodes waiting for their environment's load end at once)
             for f in futures:
                 f.cancel()
             wait_for(futures)
@@ -182,6 +188,7 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, SIGTERM (the worker is stopping) or a failed episode: end the others
         cancel.set()
+        _stop_loading()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
