@@ -18,7 +18,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from memrl_bench.framework.worker import init_pool_worker, init_worker
+from memrl_bench.framework.worker import init_pool_worker, init_worker, stop_loading
 
 
 def episode_groups(n: int, processes: int, concurrency: int, threaded: bool) -> list[tuple[list[int], int]]:
@@ -53,7 +53,11 @@ def open_pool(workers: int, initargs: tuple, pinned: bool = False) -> Iterator[W
     """`workers` worker processes initialised with `initargs` (0: this process), stopped with the block.
     `pinned`: one executor per process, so that a group's calls all land in the same process."""
     if workers <= 0:
-        yield Workers([_InProcess(initargs)], pinned)
+        try:
+            yield Workers([_InProcess(initargs)], pinned)
+        except BaseException:  # stopped between batches: nothing more to load (the processes below: SIGTERM)
+            stop_loading()
+            raise
         return
     spawn = multiprocessing.get_context("spawn")
     pools = [ProcessPoolExecutor(max_workers=1 if pinned else workers, mp_context=spawn,

@@ -88,7 +88,7 @@ def _load(task: Task) -> None:
         _ADAPTER.prepare(task, later=lambda: task.id not in _PLAYING)  # type: ignore[union-attr]
 
 
-def _stop_loading() -> None:
+def stop_loading() -> None:
     """Drop the loads not yet started (the one in progress ends by itself): the run is stopping."""
     for loading in list(_LOADING.values()):
         loading.cancel()
@@ -170,7 +170,7 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
         try:
             return [play(t, m, learn, method) for t, m in zip(tasks, memories)]
         except BaseException:
-            _stop_loading()  # the run is stopping: nothing more to load
+            stop_loading()  # the run is stopping: nothing more to load
             raise
     cancel = threading.Event()
     pool = ThreadPoolExecutor(threads, thread_name_prefix="episode")
@@ -179,7 +179,7 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
         wait_for(futures, return_when=FIRST_EXCEPTION)
         if any(f.done() and f.exception() is not None for f in futures):
             cancel.set()
-            _stop_loading()  # (episodes waiting for their environment's load end at once)
+            stop_loading()  # (episodes waiting for their environment's load end at once)
             for f in futures:
                 f.cancel()
             wait_for(futures)
@@ -188,7 +188,7 @@ def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: b
         return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, SIGTERM (the worker is stopping) or a failed episode: end the others
         cancel.set()
-        _stop_loading()
+        stop_loading()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
