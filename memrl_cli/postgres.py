@@ -51,6 +51,7 @@ GRAPH_INDEX_SQL = (
 FIRING = ("O", "A")  # pg_trigger.tgenabled of a trigger that fires in ordinary sessions
 DROP_GRAPH_SQL = (f"DROP INDEX IF EXISTS {OLD_GRAPH}", "DROP TRIGGER IF EXISTS memories_copy_vectors ON memories",
                   "DROP TABLE IF EXISTS memory_vectors", "DROP FUNCTION IF EXISTS memrl_copy_vectors()")
+REWARD_FIELDS = ("rid", "mid", "r", "a", "f", "source")  # the parameters of a reward entry (Store.apply_rewards)
 # Binary COPY types of `memrl_ingest` for MEMORY_COLUMNS (memrl_cli.records), after its ordinal `id`.
 COPY_TYPES = {"q": "float8", "q_init": "float8", "visits": "int8", "id": "int8", "embedding": "vector"}
 # One reward request as one statement: lock the memories in id order, move Q by the rule (the same float8
@@ -308,7 +309,7 @@ class PostgresStore(Store):
             return []
         raw = self.conn.raw
         if len(entries) == 1:  # a third of the client's CPU of REWARD_SQL's pipeline, 0.7x the server's
-            params = dict(zip(("rid", "mid", "r", "a", "f", "source"), entries[0]), stamp=stamp)
+            params = dict(zip(REWARD_FIELDS, entries[0]), stamp=stamp)
             rows = raw.execute(REWARD_ONE_SQL, params).fetchall()
         else:  # a custom plan made per call was ~40% of a reward's server time: use the prepared statement's generic
             # one; inside a caller's transaction, back to the server's (or role's) setting after it
@@ -324,7 +325,7 @@ class PostgresStore(Store):
     def _reward_params(entries: list[tuple[Any, ...]], stamp: str) -> dict[str, Any]:
         """REWARD_SQL's parameters: a column array per field of the entries."""
         columns = list(zip(*entries))
-        return {**{name: list(values) for name, values in zip(("rid", "mid", "r", "a", "f", "source"), columns)},
+        return {**{name: list(values) for name, values in zip(REWARD_FIELDS, columns)},
                 "n": len(entries), "stamp": stamp}
 
     def schema_version(self) -> int:

@@ -88,18 +88,21 @@ class Run:
         return episode_groups(n, self.processes, self.concurrency, self.threaded)
 
     def play_batch(self, pool: Workers, batch: Batch, upcoming: Sequence[Task] = ()) -> None:
-        """Retrieve, play and commit one mini-batch; the processes then load the `upcoming` batch's games."""
+        """Retrieve, play and commit one mini-batch; pinned processes then load the `upcoming` batch's games."""
         tasks, groups = batch.tasks, self.groups(len(batch.tasks))
+        dealt = [[tasks[i] for i in positions] for positions, _ in groups]
+        ahead: list[list[Task]] = [[] for _ in groups]
         if pool.pinned:  # the processes start loading the batch's games (if not yet) while the bank recalls
-            for g, (positions, _) in enumerate(groups):
-                pool.submit(g, load_ahead, [tasks[i] for i in positions])
+            for g, own in enumerate(dealt):
+                pool.submit(g, load_ahead, own)
+            for g, (positions, _) in enumerate(self.groups(len(upcoming))):  # never more groups than this batch's
+                ahead[g] = [upcoming[i] for i in positions]
         learn = batch.phase == "train" and self.config.uses_memory
         recalled = recall(self.bank, self.config, batch, learn)
         memories = recalled.memories
         played: list[Played | None] = [None] * len(tasks)
-        ahead = [[upcoming[i] for i in positions] for positions, _ in self.groups(len(upcoming))]
-        calls = {pool.submit(g, play_group, [tasks[i] for i in positions], [memories[i] for i in positions], learn,
-                             self.config.method, threads, ahead[g] if g < len(ahead) else []): positions
+        calls = {pool.submit(g, play_group, dealt[g], [memories[i] for i in positions], learn, self.config.method,
+                             threads, ahead[g]): positions
                  for g, (positions, threads) in enumerate(groups)}
         for call in as_completed(calls):  # results land in stream order whatever order they finish in
             for i, result in zip(calls[call], call.result()):
@@ -117,8 +120,8 @@ class Run:
         size = self.config.batch_size
         for index, start in enumerate(range(0, len(tasks), size)):
             if (phase, split, epoch, index) not in done:
-                upcoming = tasks[start + size:start + 2 * size] if pool.pinned else []
-                self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]), upcoming)
+                self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]),
+                                tasks[start + size:start + 2 * size])
 
     def evaluate(self, pool: Workers, epoch: int, done: set[tuple[str, str, int, int]]) -> None:
         """Held-out accuracy with retrieval from the current bank and no writes to memory."""

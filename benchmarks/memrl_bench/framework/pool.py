@@ -13,7 +13,7 @@ calls as they free up. When the run stops (Ctrl-C, SIGTERM through
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -41,7 +41,7 @@ class Workers:
     always in process `group % workers` (what it prepared for the group's next batch is there); else in
     whichever process frees up first."""
 
-    def __init__(self, executors: list[Executor], pinned: bool) -> None:
+    def __init__(self, executors: Sequence[Executor], pinned: bool) -> None:
         self.executors, self.pinned = executors, pinned
 
     def submit(self, group: int, fn: Callable, /, *args: Any) -> Future:
@@ -64,7 +64,7 @@ def open_pool(workers: int, initargs: tuple, pinned: bool = False) -> Iterator[W
                                  initializer=init_pool_worker, initargs=initargs)
              for _ in range(workers if pinned else 1)]
     try:
-        yield Workers(list(pools), pinned)
+        yield Workers(pools, pinned)
     except BaseException:  # Ctrl-C, SIGTERM (memrl_bench.framework.signals) or an error: stop the episodes in flight
         _stop_workers(pools)
         raise
