@@ -21,8 +21,9 @@ reported too). Then:
   cold pages), so that load from other jobs and cold caches hit all alike; plus the engines' bare
   KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL, for k1 rows and (HNSW) for the
   pool × SEARCH_WIDTH rows a grouped retrieve searches.
-- **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`
-  (the bank's default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
+- **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`, for the
+  default (grouped) retrieve and for one that recalls k1 memories (`recall="memories"`) (the bank's
+  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
 - **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
   HNSW index exists (what a reward costs the graph), with the index's growth.
 
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -258,10 +260,11 @@ def hnsw_sweep(pg: str, queries: np.ndarray, params: RetrieveParams, efs: tuple[
 
 def table_sizes(pg: str) -> dict[str, int]:
     """Bytes of the PostgreSQL bank's memories table (heap, with TOAST) and its indexes, and of the HNSW
-    index and the copy of the vectors it indexes (`memory_vectors`)."""
+    index (whichever graph it is) and the copy of the vectors it indexes (`memory_vectors`)."""
     with MemoryBank(pg) as bank:
         row = bank.conn.execute("SELECT pg_table_size('memories'), pg_indexes_size('memories'), "
-                                "coalesce(pg_relation_size(to_regclass('memory_vectors_hnsw')), 0), "
+                                "(SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c "
+                                "JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'hnsw'), "
                                 "coalesce(pg_table_size(to_regclass('memory_vectors')), 0)").fetchone()
     return {"table_bytes": int(row[0]), "indexes_bytes": int(row[1]), "hnsw_bytes": int(row[2]),
             "hnsw_vectors_bytes": int(row[3])}
@@ -317,6 +320,7 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         results["retrieve"] = knn_latency(pg, sqlite, tested, params)
         progress("PostgreSQL: HNSW recall and latency by ef_search")
         results["hnsw_ef_search"] = hnsw_sweep(pg, tested, params, EF_SEARCH)
+        results["hnsw_ef_search_memories"] = hnsw_sweep(pg, tested, replace(params, recall="memories"), EF_SEARCH)
         progress(f"PostgreSQL with its HNSW index: {processes} processes × {per_process} rewards, random memory")
         before = table_sizes(pg)["hnsw_bytes"]
         results["rewards"]["postgresql_random_hnsw"] = concurrent_rewards(pg, ids["postgresql"], "random", processes,
