@@ -19,8 +19,9 @@ from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import metrics
 from memrl_bench.framework.config import BenchConfig
-from memrl_bench.framework.harness import run_benchmark
+from memrl_bench.framework.harness import Run, run_benchmark
 from memrl_bench.framework.pool import episode_groups
+from memrl_bench.framework.protocol import Task
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings
@@ -320,3 +321,33 @@ def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
                   on_progress=lambda event, data: events.append((event, data)))
     assert events[0] == ("start", {"total": 3 * 3 + 3 * 3, "done": 0})  # evaluations after epochs 0, 2 and 3
     assert sum(1 for event, _ in events if event == "episode") == events[0][1]["total"]
+
+
+def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_path, monkeypatch):
+    """A batch's processes load the next batch's games, also across the end of a stream: held-out splits before
+    training, each training epoch, held-out splits after it. Not into pass@k's epochs, whose tasks (those no
+    earlier epoch solved) are known only once the epochs before are played; and nothing after the last stream."""
+    seen = []
+    monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(): seen.append(
+        (batch.phase, batch.epoch, [t.id for t in batch.tasks], [t.id for t in upcoming])))
+    train = [Task(f"t{i}", f"task t{i}", i) for i in range(3)]
+    evals = {"val": [Task(f"v{i}", f"task v{i}", i) for i in range(2)]}
+    expected = {
+        "memrl": [("eval", 0, ["v0", "v1"], ["t0", "t1"]),
+                  ("train", 1, ["t0", "t1"], ["t2"]), ("train", 1, ["t2"], ["v0", "v1"]),
+                  ("eval", 1, ["v0", "v1"], ["t0", "t1"]),
+                  ("train", 2, ["t0", "t1"], ["t2"]), ("train", 2, ["t2"], ["v0", "v1"]),
+                  ("eval", 2, ["v0", "v1"], [])],
+        "pass@k": [("eval", 0, ["v0", "v1"], []),
+                   ("train", 1, ["t0", "t1"], ["t2"]), ("train", 1, ["t2"], ["v0", "v1"]),
+                   ("eval", 1, ["v0", "v1"], []),
+                   ("train", 2, ["t0", "t1"], ["t2"]), ("train", 2, ["t2"], ["v0", "v1"]),
+                   ("eval", 2, ["v0", "v1"], [])]}
+    for method, batches in expected.items():
+        seen.clear()
+        events = []
+        config = BenchConfig(benchmark=TOY, method=method, epochs=2, batch_size=2, eval_splits=["val"])
+        with MemoryBank(str(tmp_path / f"{method}.db")) as bank:
+            Run(config, bank, "run", tmp_path, train, evals, lambda event, data: events.append(event)).loop(pool=None)
+        assert seen == batches, method
+        assert events == ["start", "epoch", "epoch_done", "epoch", "epoch_done"]

@@ -1,20 +1,20 @@
 """A mini-batch in flight: one ALFWorld epoch with an LLM that answers every call after 1 s, against its floors.
 
-The harness (`run_benchmark`, method memrl, one epoch of `--games` games of `valid_unseen`, batch
-32, `--workers` processes, `--concurrency` episodes in flight [the batch size]) plays against a
+The harness (`run_benchmark`, method memrl, `--epochs` epochs [1] of `--games` games of `valid_unseen`,
+batch 32, `--workers` processes, `--concurrency` episodes in flight [the batch size]) plays against a
 real HTTP server on 127.0.0.1 that answers each chat call (agent turns and distillation) after
 `--delay` seconds, with the scripted walkthrough agent of `harness_floor`. Two floors:
 
 - L, the latency floor: for each mini-batch, its longest episode's number of LLM calls × delay,
   summed over the batches (the calls of one episode are sequential; the batches are too);
-- E, the CPU floor: the same games' walkthroughs replayed in the same number of processes.
+- E, the CPU floor: the same games' walkthroughs replayed in the same number of processes (once per epoch).
 
 Target (issue 17): harness ≤ 1.3 × max(L, E), with ≤ 4 GB resident for 32 episodes in flight.
 Resident memory is the sum of VmRSS over this process and its descendants, sampled every 0.2 s.
 Also measured: what one more worker process costs (spawn, imports, TextWorld: seconds and MB),
 against what one more episode in flight on a thread costs (MB).
 
-    python -m benchmarks.perf.inflight [--games 64] [--workers 2] [--concurrency N] [--json]
+    python -m benchmarks.perf.inflight [--games 64] [--epochs 1] [--workers 2] [--concurrency N] [--json]
 """
 
 from __future__ import annotations
@@ -116,16 +116,17 @@ def worker_cost(data: str, settings: LLMSettings) -> dict[str, float]:
 
 
 def latency_floor(episodes: list[dict[str, Any]], delay: float) -> float:
-    """Σ over batches of (most LLM calls of one episode) × delay."""
-    longest: dict[int, int] = {}
+    """Σ over batches (of every epoch) of (most LLM calls of one episode) × delay."""
+    longest: dict[tuple[int, int], int] = {}
     for e in episodes:
-        longest[e["batch"]] = max(longest.get(e["batch"], 0), e["usage"]["calls"])
+        batch = (e["epoch"], e["batch"])
+        longest[batch] = max(longest.get(batch, 0), e["usage"]["calls"])
     return sum(longest.values()) * delay
 
 
 def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, delay: float = 1.0,
-            data: str | None = None) -> dict[str, Any]:
-    """The epoch, its two floors, the peak resident memory and the cost of a worker process."""
+            data: str | None = None, epochs: int = 1) -> dict[str, Any]:
+    """The epochs, their two floors, the peak resident memory and the cost of a worker process."""
     from benchmarks.testing.chat_server import ScriptedChatServer
 
     data = data or os.environ.get("ALFWORLD_DATA") or str(ARCHIVE)
@@ -133,17 +134,20 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
     tasks = stratified_sample(adapter.tasks(SPLIT), games, 0, "train")  # the games `limit` makes the harness play
     adapter.examples()  # built from training games once and cached, untimed
     load_before = os.getloadavg()
-    floor, floor_s, floor_cpu = timed_with_cpu(lambda: replay_all(tasks, workers))
+    floor, floor_s, floor_cpu = timed_with_cpu(lambda: replay_all(tasks * epochs, workers))
     agent = scripted_agent(tasks)
     with tempfile.TemporaryDirectory() as scratch, \
             ScriptedChatServer(lambda request: {"content": agent(request), "delay": delay}) as server:
-        config = BenchConfig(benchmark="alfworld", method="memrl", epochs=1, batch_size=BATCH, limit=games, data=data,
-                             options={"train_split": SPLIT})
+        config = BenchConfig(benchmark="alfworld", method="memrl", epochs=epochs, batch_size=BATCH, limit=games,
+                             data=data, options={"train_split": SPLIT})
+        marks: dict[str, float] = {}  # when each epoch ended, from the start
         settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test", max_retries=0, timeout=120,
                                concurrency=concurrency)
         with RssSampler() as rss:
+            started = time.perf_counter()
             summary, harness_s, harness_cpu = timed_with_cpu(lambda: run_benchmark(
-                config, settings, runs_dir=scratch, workers=workers))
+                config, settings, runs_dir=scratch, workers=workers, on_progress=lambda event, info: marks.update(
+                    {str(info["epoch"]): time.perf_counter() - started} if event == "epoch_done" else {})))
         episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").open()]
         in_flight = server.max_in_flight
         cost = worker_cost(data, settings)
@@ -151,7 +155,9 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
     bound = max(floor_l, floor_s)
     in_flight_episodes = min(concurrency or BATCH, BATCH)
     per_episode = (rss.children - workers * cost["worker_rss_mb"]) / in_flight_episodes  # above idle workers
-    return {"games": len(tasks), "batch": BATCH, "workers": workers, "concurrency": in_flight_episodes, "delay_s": delay,
+    ends = [0.0, *(marks[str(e)] for e in range(1, epochs + 1))]
+    return {"games": len(tasks), "epochs": epochs, "epoch_s": [b - a for a, b in zip(ends, ends[1:])],
+            "batch": BATCH, "workers": workers, "concurrency": in_flight_episodes, "delay_s": delay,
             "harness_s": harness_s, "harness_cpu": harness_cpu, "latency_floor_s": floor_l, "cpu_floor_s": floor_s,
             "cpu_floor_cpu": floor_cpu, "ratio": harness_s / bound, "target_ratio": TARGET_RATIO,
             "peak_rss_mb": rss.peak, "rss_before_mb": rss.start, "workers_peak_rss_mb": rss.children, "target_rss_mb": TARGET_RSS_MB,
@@ -165,18 +171,20 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=64, help="Games in the epoch (a stratified sample) [64].")
+    parser.add_argument("--epochs", type=int, default=1, help="Epochs of those games [1].")
     parser.add_argument("--workers", type=int, default=2, help="Worker processes, for the harness and the floor [2].")
     parser.add_argument("--concurrency", type=int, default=None, help="Episodes in flight [the batch size, 32].")
     parser.add_argument("--delay", type=float, default=1.0, help="Seconds before each chat answer [1.0].")
     parser.add_argument("--data", default=None, help="ALFWorld data [$ALFWORLD_DATA, else the shared archive].")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
-    r = measure(args.games, args.workers, args.concurrency, args.delay, args.data)
+    r = measure(args.games, args.workers, args.concurrency, args.delay, args.data, args.epochs)
     if args.json:
         print(json.dumps(r, indent=2))
         return
     ok = r["ratio"] <= TARGET_RATIO and r["peak_rss_mb"] <= TARGET_RSS_MB
-    print(f"{r['games']} games, batch {r['batch']}, {r['workers']} workers, {r['concurrency']} in flight, "
+    print(f"{r['games']} games × {r['epochs']} epoch(s) ({', '.join(f'{s:.1f}' for s in r['epoch_s'])} s), "
+          f"batch {r['batch']}, {r['workers']} workers, {r['concurrency']} in flight, "
           f"{r['delay_s']:.1f} s per call: harness {r['harness_s']:.1f} s (CPU {r['harness_cpu']:.0%}); "
           f"L {r['latency_floor_s']:.0f} s, E {r['cpu_floor_s']:.1f} s (CPU {r['cpu_floor_cpu']:.0%}); "
           f"ratio {r['ratio']:.2f} (target <= {TARGET_RATIO}); peak RSS {r['peak_rss_mb']:.0f} MB "

@@ -115,18 +115,27 @@ class Run:
                 f.write(json.dumps(row) + "\n")
 
     def play_stream(self, pool: Workers, phase: str, split: str, epoch: int, tasks: list[Task],
-                    done: set[tuple[str, str, int, int]]) -> None:
-        """`tasks` in mini-batches of `batch_size`, skipping the batches `done` (committed before a resume)."""
+                    done: set[tuple[str, str, int, int]], after: Sequence[Task] = ()) -> None:
+        """`tasks` in mini-batches of `batch_size`, skipping the batches `done` (committed before a resume);
+        `after`: the first batch of the stream that follows, whose games the last batch's processes load."""
         size = self.config.batch_size
         for index, start in enumerate(range(0, len(tasks), size)):
             if (phase, split, epoch, index) not in done:
                 self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]),
-                                tasks[start + size:start + 2 * size])
+                                tasks[start + size:start + 2 * size] or after)
 
-    def evaluate(self, pool: Workers, epoch: int, done: set[tuple[str, str, int, int]]) -> None:
-        """Held-out accuracy with retrieval from the current bank and no writes to memory."""
-        for split, tasks in self.evals.items():
-            self.play_stream(pool, "eval", split, epoch, tasks, done)
+    def streams(self) -> list[tuple[str, str, int, list[Task] | None]]:
+        """Every stream of the run in the order played, as (phase, split, epoch, tasks): the held-out splits
+        before training and after every `eval_every`-th and the last epoch, a training stream per epoch
+        (tasks None for pass@k's, the training tasks no earlier epoch solved: known once those are played)."""
+        c = self.config
+        out: list[tuple[str, str, int, list[Task] | None]] = []
+        for epoch in range(c.epochs + 1):
+            if epoch:
+                out.append(("train", "train", epoch, None if c.method == "pass@k" else self.train))
+            if epoch == 0 or epoch % c.eval_every == 0 or epoch == c.epochs:
+                out += [("eval", split, epoch, tasks) for split, tasks in self.evals.items()]
+        return out
 
     def retries(self, epoch: int) -> list[Task]:
         """pass@k's stream for `epoch`: the training tasks no earlier epoch solved (the authors' baseline)."""
@@ -134,22 +143,20 @@ class Run:
         return [t for t in self.train if t.id not in solved]
 
     def loop(self, pool: Workers) -> None:
-        """All epochs; committed batches are skipped, so this also resumes."""
-        c = self.config
+        """All streams; committed batches are skipped, so this also resumes. The last batch of a stream has
+        the processes load the next stream's first games, when they are known."""
         done = runs.completed_batches(self.bank, self.run_id)
-        evaluations = (1 + sum(1 for e in range(1, c.epochs + 1) if e % c.eval_every == 0 or e == c.epochs)
-                       if self.evals else 0)
-        total = c.epochs * len(self.train) + evaluations * sum(len(tasks) for tasks in self.evals.values())
+        streams = self.streams()
+        total = sum(len(self.train if tasks is None else tasks) for *_, tasks in streams)
         self.on_progress("start", {"total": total, "done": len(self.records())})
-        if self.evals:
-            self.evaluate(pool, 0, done)
-        for epoch in range(1, c.epochs + 1):
-            self.on_progress("epoch", {"epoch": epoch})
-            train = self.retries(epoch) if c.method == "pass@k" else self.train
-            self.play_stream(pool, "train", "train", epoch, train, done)
-            if self.evals and (epoch % c.eval_every == 0 or epoch == c.epochs):
-                self.evaluate(pool, epoch, done)
-            self.on_progress("epoch_done", {"epoch": epoch, "summary": metrics.summarise(self.records())})
+        for n, (phase, split, epoch, tasks) in enumerate(streams):
+            if phase == "train":
+                self.on_progress("epoch", {"epoch": epoch})
+            following = streams[n + 1] if n + 1 < len(streams) else None
+            self.play_stream(pool, phase, split, epoch, self.retries(epoch) if tasks is None else tasks, done,
+                             (following[3] or [])[:self.config.batch_size] if following else [])
+            if epoch and (following is None or following[2] != epoch):
+                self.on_progress("epoch_done", {"epoch": epoch, "summary": metrics.summarise(self.records())})
 
 
 def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str | None = None,
