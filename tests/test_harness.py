@@ -21,7 +21,7 @@ from memrl_bench.framework import metrics
 from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import Run, run_benchmark
 from memrl_bench.framework.pool import episode_groups
-from memrl_bench.framework.protocol import Task
+from memrl_bench.framework.protocol import Episode, Task
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings
@@ -324,9 +324,10 @@ def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
 
 
 def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_path, monkeypatch):
-    """A batch's processes load the next batch's games, also across the end of a stream: held-out splits before
-    training, each training epoch, held-out splits after it. Not into pass@k's epochs, whose tasks (those no
-    earlier epoch solved) are known only once the epochs before are played; and nothing after the last stream."""
+    """Each batch is handed the next batch's games to load, also across the end of a stream: held-out splits
+    before training, each training epoch, held-out splits after it. Not pass@k's epochs after the first, whose
+    tasks (those no earlier epoch solved) are known only once the epochs before are played; nothing after the
+    last stream."""
     seen = []
     monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(): seen.append(
         (batch.phase, batch.epoch, [t.id for t in batch.tasks], [t.id for t in upcoming])))
@@ -338,7 +339,7 @@ def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_
                   ("eval", 1, ["v0", "v1"], ["t0", "t1"]),
                   ("train", 2, ["t0", "t1"], ["t2"]), ("train", 2, ["t2"], ["v0", "v1"]),
                   ("eval", 2, ["v0", "v1"], [])],
-        "pass@k": [("eval", 0, ["v0", "v1"], []),
+        "pass@k": [("eval", 0, ["v0", "v1"], ["t0", "t1"]),
                    ("train", 1, ["t0", "t1"], ["t2"]), ("train", 1, ["t2"], ["v0", "v1"]),
                    ("eval", 1, ["v0", "v1"], []),
                    ("train", 2, ["t0", "t1"], ["t2"]), ("train", 2, ["t2"], ["v0", "v1"]),
@@ -351,3 +352,37 @@ def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_
             Run(config, bank, "run", tmp_path, train, evals, lambda event, data: events.append(event)).loop(pool=None)
         assert seen == batches, method
         assert events == ["start", "epoch", "epoch_done", "epoch", "epoch_done"]
+
+
+class Preloading:
+    """An LLM-free, thread-safe adapter whose environments load ahead (`prepare`), so the harness pins its worker
+    processes: an episode is won only if its environment was prepared, once, for it in its process."""
+
+    name, train_split, eval_splits, thread_safe, uses_llm = "preloading", "train", ("val",), True, False
+
+    def __init__(self, data: str | None = None, limit: int | None = None) -> None:
+        self.ready: set[str] = set()
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(f"{split}{i}", f"task {split} {i}", i) for i in range(3 if split == "train" else 1)]
+
+    def prepare(self, task: Task, later=lambda: False) -> None:
+        self.ready.add(task.id)
+
+    def run_episode(self, task: Task, memories: list, llm) -> Episode:
+        prepared = task.id in self.ready
+        self.ready.discard(task.id)
+        return Episode(success=prepared, steps=1, trajectory=task.id)
+
+    def close(self) -> None:
+        pass
+
+
+def test_pinned_processes_load_ahead_into_a_larger_batch_after_a_short_one(server, tmp_path):
+    """A stream's last batch can have fewer groups than the next stream's first (1 held-out game, then 2
+    training games for 2 processes): the process with no game in it loads its next games at once."""
+    config = BenchConfig(benchmark=f"{__name__}:Preloading", method="none", epochs=2, batch_size=2,
+                         eval_splits=["val"])
+    summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=2)
+    episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 1 + 2 * (3 + 1) and all(e["success"] for e in episodes)

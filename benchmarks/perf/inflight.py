@@ -140,14 +140,13 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
             ScriptedChatServer(lambda request: {"content": agent(request), "delay": delay}) as server:
         config = BenchConfig(benchmark="alfworld", method="memrl", epochs=epochs, batch_size=BATCH, limit=games,
                              data=data, options={"train_split": SPLIT})
-        marks: dict[str, float] = {}  # when each epoch ended, from the start
+        marks: list[float] = []  # when the loop started (the workers are up), when each epoch ended
         settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test", max_retries=0, timeout=120,
                                concurrency=concurrency)
         with RssSampler() as rss:
-            started = time.perf_counter()
             summary, harness_s, harness_cpu = timed_with_cpu(lambda: run_benchmark(
-                config, settings, runs_dir=scratch, workers=workers, on_progress=lambda event, info: marks.update(
-                    {str(info["epoch"]): time.perf_counter() - started} if event == "epoch_done" else {})))
+                config, settings, runs_dir=scratch, workers=workers, on_progress=lambda event, info: marks.extend(
+                    [time.perf_counter()] if event in ("start", "epoch_done") else [])))
         episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").open()]
         in_flight = server.max_in_flight
         cost = worker_cost(data, settings)
@@ -155,8 +154,7 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
     bound = max(floor_l, floor_s)
     in_flight_episodes = min(concurrency or BATCH, BATCH)
     per_episode = (rss.children - workers * cost["worker_rss_mb"]) / in_flight_episodes  # above idle workers
-    ends = [0.0, *(marks[str(e)] for e in range(1, epochs + 1))]
-    return {"games": len(tasks), "epochs": epochs, "epoch_s": [b - a for a, b in zip(ends, ends[1:])],
+    return {"games": len(tasks), "epochs": epochs, "epoch_s": [b - a for a, b in zip(marks, marks[1:])],
             "batch": BATCH, "workers": workers, "concurrency": in_flight_episodes, "delay_s": delay,
             "harness_s": harness_s, "harness_cpu": harness_cpu, "latency_floor_s": floor_l, "cpu_floor_s": floor_s,
             "cpu_floor_cpu": floor_cpu, "ratio": harness_s / bound, "target_ratio": TARGET_RATIO,
@@ -170,7 +168,7 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--games", type=int, default=64, help="Games in the epoch (a stratified sample) [64].")
+    parser.add_argument("--games", type=int, default=64, help="Games per epoch (a stratified sample) [64].")
     parser.add_argument("--epochs", type=int, default=1, help="Epochs of those games [1].")
     parser.add_argument("--workers", type=int, default=2, help="Worker processes, for the harness and the floor [2].")
     parser.add_argument("--concurrency", type=int, default=None, help="Episodes in flight [the batch size, 32].")
@@ -178,6 +176,8 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="ALFWorld data [$ALFWORLD_DATA, else the shared archive].")
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
+    if args.epochs < 1:
+        parser.error("--epochs must be at least 1")
     r = measure(args.games, args.workers, args.concurrency, args.delay, args.data, args.epochs)
     if args.json:
         print(json.dumps(r, indent=2))

@@ -95,8 +95,11 @@ class Run:
         if pool.pinned:  # the processes start loading the batch's games (if not yet) while the bank recalls
             for g, own in enumerate(dealt):
                 pool.submit(g, load_ahead, own)
-            for g, (positions, _) in enumerate(self.groups(len(upcoming))):  # never more groups than this batch's
-                ahead[g] = [upcoming[i] for i in positions]
+            for g, (positions, _) in enumerate(self.groups(len(upcoming))):
+                if g < len(groups):  # loaded after the group's own games
+                    ahead[g] = [upcoming[i] for i in positions]
+                else:  # a process with no game in this batch (a stream's short last one) loads its next ones now
+                    pool.submit(g, load_ahead, [], [upcoming[i] for i in positions])
         learn = batch.phase == "train" and self.config.uses_memory
         recalled = recall(self.bank, self.config, batch, learn)
         memories = recalled.memories
@@ -127,12 +130,13 @@ class Run:
     def streams(self) -> list[tuple[str, str, int, list[Task] | None]]:
         """Every stream of the run in the order played, as (phase, split, epoch, tasks): the held-out splits
         before training and after every `eval_every`-th and the last epoch, a training stream per epoch
-        (tasks None for pass@k's, the training tasks no earlier epoch solved: known once those are played)."""
+        (tasks None for pass@k's after the first, the training tasks no earlier epoch solved: known once those
+        are played)."""
         c = self.config
         out: list[tuple[str, str, int, list[Task] | None]] = []
         for epoch in range(c.epochs + 1):
             if epoch:
-                out.append(("train", "train", epoch, None if c.method == "pass@k" else self.train))
+                out.append(("train", "train", epoch, None if c.method == "pass@k" and epoch > 1 else self.train))
             if epoch == 0 or epoch % c.eval_every == 0 or epoch == c.epochs:
                 out += [("eval", split, epoch, tasks) for split, tasks in self.evals.items()]
         return out
