@@ -356,23 +356,25 @@ def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_
 
 class Preloading:
     """An LLM-free, thread-safe adapter whose environments load ahead (`prepare`), so the harness pins its worker
-    processes: an episode is won only if its environment was prepared, once, for it in its process."""
+    processes: an episode is won only if its environment was prepared for it in its process, and takes 2 steps
+    when that load was one for a later batch (`later()` true when it ran), else 1. Each game takes 0.2 s: time
+    for the loads of the next batch to run while it is played."""
 
     name, train_split, eval_splits, thread_safe, uses_llm = "preloading", "train", ("val",), True, False
 
     def __init__(self, data: str | None = None, limit: int | None = None) -> None:
-        self.ready: set[str] = set()
+        self.ready: dict[str, bool] = {}
 
     def tasks(self, split: str) -> list[Task]:
         return [Task(f"{split}{i}", f"task {split} {i}", i) for i in range(3 if split == "train" else 1)]
 
     def prepare(self, task: Task, later=lambda: False) -> None:
-        self.ready.add(task.id)
+        self.ready[task.id] = later()
 
     def run_episode(self, task: Task, memories: list, llm) -> Episode:
-        prepared = task.id in self.ready
-        self.ready.discard(task.id)
-        return Episode(success=prepared, steps=1, trajectory=task.id)
+        time.sleep(0.2)
+        ahead = self.ready.pop(task.id, None)
+        return Episode(success=ahead is not None, steps=2 if ahead else 1, trajectory=task.id)
 
     def close(self) -> None:
         pass
@@ -380,9 +382,13 @@ class Preloading:
 
 def test_pinned_processes_load_ahead_into_a_larger_batch_after_a_short_one(server, tmp_path):
     """A stream's last batch can have fewer groups than the next stream's first (1 held-out game, then 2
-    training games for 2 processes): the process with no game in it loads its next games at once."""
+    training games for 2 processes): the process with no game in it loads its next games at once, so every
+    episode but the run's first starts from a game loaded for it during the batch before."""
     config = BenchConfig(benchmark=f"{__name__}:Preloading", method="none", epochs=2, batch_size=2,
                          eval_splits=["val"])
     summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=2)
     episodes = [json.loads(line) for line in (Path(summary["bank"]).parent / "episodes.jsonl").read_text().splitlines()]
-    assert len(episodes) == 1 + 2 * (3 + 1) and all(e["success"] for e in episodes)
+    assert all(e["success"] for e in episodes)
+    ahead = [(e["task_id"], e["steps"] == 2) for e in episodes]
+    assert ahead == [("val0", False), ("train0", True), ("train1", True), ("train2", True), ("val0", True),
+                     ("train0", True), ("train1", True), ("train2", True), ("val0", True)]

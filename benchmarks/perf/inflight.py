@@ -140,7 +140,7 @@ def measure(games: int = 64, workers: int = 2, concurrency: int | None = None, d
             ScriptedChatServer(lambda request: {"content": agent(request), "delay": delay}) as server:
         config = BenchConfig(benchmark="alfworld", method="memrl", epochs=epochs, batch_size=BATCH, limit=games,
                              data=data, options={"train_split": SPLIT})
-        marks: list[float] = []  # when the loop started (the workers are up), when each epoch ended
+        marks: list[float] = []  # when the loop started (epoch 1 includes the workers' start), when each epoch ended
         settings = LLMSettings(model="scripted", base_url=server.base_url, api_key="test", max_retries=0, timeout=120,
                                concurrency=concurrency)
         with RssSampler() as rss:

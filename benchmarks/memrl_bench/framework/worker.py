@@ -70,8 +70,9 @@ def can_prepare(adapter: Any) -> bool:
 
 
 def load_ahead(playing: list[Task], upcoming: Sequence[Task] = ()) -> None:
-    """Queue the loading of the environments of `playing` (the group this worker plays now), then of `upcoming`
-    (its group of the next batch), after those queued before; nothing if the adapter cannot prepare them."""
+    """Queue the loading of the environments of `playing` (the group this worker plays now; none for a process
+    with no game in the batch), then of `upcoming` (its group of the next batch), after those queued before;
+    nothing if the adapter cannot prepare them."""
     global _PLAYING
     if _LOADER is None or not can_prepare(_ADAPTER):
         return
