@@ -10,9 +10,10 @@ ends the others at their next LLM call.
 
 An adapter with `prepare(task, later)` (ALFWorld: load and reset the game) has its environments
 loaded by one thread of the worker, in order: first the group's own (before any step of its
-episodes), then those of the group the same process will play in the next batch (`upcoming`, the next
-stream's first after a stream's last; after the steps of the episodes in play), so that the next batch's loading runs while this
-batch's last episodes wait for the LLM. Loading needs neither memories nor the bank.
+episodes), then those of the group the same process will play in the next batch (`upcoming`, the
+next stream's first after a stream's last; after the steps of the episodes in play), so that the
+next batch's loading runs while this batch's last episodes wait for the LLM. Loading needs neither
+memories nor the bank.
 """
 
 from __future__ import annotations
