@@ -120,12 +120,12 @@ class Run:
     def play_stream(self, pool: Workers, phase: str, split: str, epoch: int, tasks: list[Task],
                     done: set[tuple[str, str, int, int]], after: Sequence[Task] = ()) -> None:
         """`tasks` in mini-batches of `batch_size`, skipping the batches `done` (committed before a resume);
-        `after`: the first batch of the stream that follows, whose games the last batch's processes load."""
+        `after`: the tasks of the stream that follows, whose first batch's games the last batch's processes load."""
         size = self.config.batch_size
         for index, start in enumerate(range(0, len(tasks), size)):
             if (phase, split, epoch, index) not in done:
                 self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]),
-                                tasks[start + size:start + 2 * size] or after)
+                                tasks[start + size:start + 2 * size] or after[:size])
 
     def streams(self) -> list[tuple[str, str, int, list[Task] | None]]:
         """Every stream of the run in the order played, as (phase, split, epoch, tasks): the held-out splits
@@ -156,10 +156,10 @@ class Run:
         for n, (phase, split, epoch, tasks) in enumerate(streams):
             if phase == "train":
                 self.on_progress("epoch", {"epoch": epoch})
-            following = streams[n + 1] if n + 1 < len(streams) else None
+            following = streams[n + 1] if n + 1 < len(streams) else ("", "", 0, None)  # after the last: nothing
             self.play_stream(pool, phase, split, epoch, self.retries(epoch) if tasks is None else tasks, done,
-                             (following[3] or [])[:self.config.batch_size] if following else [])
-            if epoch and (following is None or following[2] != epoch):
+                             following[3] or [])
+            if epoch and following[2] != epoch:
                 self.on_progress("epoch_done", {"epoch": epoch, "summary": metrics.summarise(self.records())})
 
 
