@@ -23,7 +23,11 @@ reported too). Then:
   pool × SEARCH_WIDTH rows a grouped retrieve searches.
 - **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`, for the
   default (grouped) retrieve and for one that recalls k1 memories (`recall="memories"`) (the bank's
-  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this).
+  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on queries
+  of its own, never searched before, whose exact answers are computed just before, in a block.
+- **HNSW serving**: the HNSW retrieve as a bank serving retrieves sees it, the issue-17 target's
+  measurement: a new connection at the bank's own settings answers SERVING_BLOCKS sets of fresh
+  queries one after the other, with no other work between (exact answers computed first).
 - **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
   HNSW index exists (what a reward costs the graph), with the index's growth.
 
@@ -64,6 +68,7 @@ ENGINES = ("postgresql", "sqlite")
 RETRIEVERS = ("pg_exact", "pg_hnsw", "sqlite_numpy", "sqlite_vec")
 BARE_KNN = ("pg_exact_knn", "pg_hnsw_knn", "pg_hnsw_knn_grouped")
 EF_SEARCH = (100, 200, 400, 800, 1000)  # hnsw.ef_search values swept for recall@k1 against latency
+SERVING_BLOCKS = 3  # sets of fresh queries a new connection serves in a row (the HNSW target's measurement)
 
 
 @contextlib.contextmanager
@@ -237,24 +242,52 @@ def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrievePara
             bank.close()
 
 
-def hnsw_sweep(pg: str, queries: np.ndarray, params: RetrieveParams, efs: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Recall@k1 (against the exact search) and retrieve latency of the HNSW index at each `hnsw.ef_search`."""
-    with MemoryBank(pg, index="exact") as exact_bank, MemoryBank(pg, index="hnsw") as bank:
-        exact = [{c.memory_id for c in exact_bank.retrieve("perf query", params, vector=q.tolist(), record=False)
-                  .candidates} for q in queries]
+def exact_answers(pg: str, queries: np.ndarray, params: RetrieveParams) -> list[set[int]]:
+    """The memories an exact retrieve recalls for each query (recall@k1's reference)."""
+    with MemoryBank(pg, index="exact") as bank:
+        return [{c.memory_id for c in bank.retrieve("perf query", params, vector=q.tolist(), record=False).candidates}
+                for q in queries]
+
+
+def timed_retrieves(bank: MemoryBank, queries: np.ndarray, exact: list[set[int]],
+                    params: RetrieveParams) -> tuple[list[float], float]:
+    """Seconds of each retrieve of `queries`, one after the other, and recall@k1 against `exact`."""
+    samples, found = [], 0
+    for q, want in zip(queries, exact):
+        start = time.perf_counter()
+        hit = bank.retrieve("perf query", params, vector=q.tolist(), record=False)
+        samples.append(time.perf_counter() - start)
+        found += len({c.memory_id for c in hit.candidates} & want)
+    return samples, found / max(sum(map(len, exact)), 1)
+
+
+def hnsw_serving(pg: str, queries: Callable[[], np.ndarray], params: RetrieveParams, blocks: int) -> dict[str, Any]:
+    """HNSW retrieve latency as a bank serving retrieves sees it: a new connection at the bank's own settings
+    answers `blocks` sets of fresh `queries()`, one query after the other with no other work between (their exact
+    answers are computed first, in a block). p50/p99 over all and p50 of each block, and recall@k1."""
+    tested = [queries() for _ in range(blocks)]
+    exact = exact_answers(pg, np.concatenate(tested), params)
+    with MemoryBank(pg, index="hnsw") as bank:
+        samples, recall = timed_retrieves(bank, np.concatenate(tested), exact, params)
+    ends = np.cumsum([len(t) for t in tested])
+    return {"queries": len(samples), **percentiles(samples), "recall_at_k1": recall,
+            "p50_ms_by_block": [percentiles(samples[end - len(t):end])["p50_ms"] for t, end in zip(tested, ends)]}
+
+
+def hnsw_sweep(pg: str, queries: Callable[[], np.ndarray], params: RetrieveParams,
+               efs: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Recall@k1 (against the exact search) and retrieve latency of the HNSW index at each `hnsw.ef_search`, each
+    on fresh `queries()` whose exact answers are computed just before, in a block."""
+    with MemoryBank(pg, index="hnsw") as bank:
+        assert isinstance(bank.store, PostgresStore)
+        bank.retrieve("warm-up", params, vector=queries()[0].tolist(), record=False)  # the connection
         out = []
         for ef in efs:
-            assert isinstance(bank.store, PostgresStore)
+            tested = queries()
+            exact = exact_answers(pg, tested, params)
             bank.store.tune_hnsw(int(ef))  # a grouped retrieve searches max(ef, its width) (PostgresStore.knn)
-            bank.retrieve("warm-up", params, vector=queries[0].tolist(), record=False)
-            samples, found = [], 0
-            for q, want in zip(queries, exact):
-                start = time.perf_counter()
-                hit = bank.retrieve("perf query", params, vector=q.tolist(), record=False)
-                samples.append(time.perf_counter() - start)
-                found += len({c.memory_id for c in hit.candidates} & want)
-            out.append({"ef_search": ef, **percentiles(samples),
-                        "recall_at_k1": found / max(sum(map(len, exact)), 1)})
+            samples, recall = timed_retrieves(bank, tested, exact, params)
+            out.append({"ef_search": ef, **percentiles(samples), "recall_at_k1": recall})
         return out
 
 
@@ -319,8 +352,11 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         tested = near_queries(rng, vectors, queries)
         results["retrieve"] = knn_latency(pg, sqlite, tested, params)
         progress("PostgreSQL: HNSW recall and latency by ef_search")
-        results["hnsw_ef_search"] = hnsw_sweep(pg, tested, params, EF_SEARCH)
-        results["hnsw_ef_search_memories"] = hnsw_sweep(pg, tested, replace(params, recall="memories"), EF_SEARCH)
+        fresh = functools.partial(near_queries, rng, vectors, queries)
+        progress("PostgreSQL: HNSW retrieves one after the other, as a bank serves them")
+        results["hnsw_serving"] = hnsw_serving(pg, fresh, params, SERVING_BLOCKS)
+        results["hnsw_ef_search"] = hnsw_sweep(pg, fresh, params, EF_SEARCH)
+        results["hnsw_ef_search_memories"] = hnsw_sweep(pg, fresh, replace(params, recall="memories"), EF_SEARCH)
         progress(f"PostgreSQL with its HNSW index: {processes} processes × {per_process} rewards, random memory")
         before = table_sizes(pg)["hnsw_bytes"]
         results["rewards"]["postgresql_random_hnsw"] = concurrent_rewards(pg, ids["postgresql"], "random", processes,
