@@ -21,13 +21,15 @@ reported too). Then:
   cold pages), so that load from other jobs and cold caches hit all alike; plus the engines' bare
   KNN (`store.knn`, without the rest of a retrieve) on PostgreSQL, for k1 rows and (HNSW) for the
   pool × SEARCH_WIDTH rows a grouped retrieve searches.
-- **HNSW ef_search**: recall@k1 and retrieve latency at each `hnsw.ef_search` of `EF_SEARCH`, for the
+- **HNSW serving**: the HNSW retrieve as a database serving retrieves sees it: a new connection at the
+  bank's own settings answers SERVING_BLOCKS sets of fresh queries (never searched before) one after
+  the other, with no other work between (their exact answers are computed first). It runs after the
+  measurement above, whose HNSW searches have read much of the graph into the server's buffers.
+- **HNSW ef_search**: retrieve latency and recall@k1 at each `hnsw.ef_search` of `EF_SEARCH`, for the
   default (grouped) retrieve and for one that recalls k1 memories (`recall="memories"`) (the bank's
-  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on queries
-  of its own, never searched before, whose exact answers are computed just before, in a block.
-- **HNSW serving**: the HNSW retrieve as a bank serving retrieves sees it, the issue-17 target's
-  measurement: a new connection at the bank's own settings answers SERVING_BLOCKS sets of fresh
-  queries one after the other, with no other work between (exact answers computed first).
+  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on fresh
+  queries of its own; recall is measured on the latency measurement's queries, the same for every
+  setting. Fresh queries come from a random stream of their own (seed, 1).
 - **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
   HNSW index exists (what a reward costs the graph), with the index's growth.
 
@@ -242,51 +244,61 @@ def knn_latency(pg: str, sqlite: Path, queries: np.ndarray, params: RetrievePara
             bank.close()
 
 
-def exact_answers(pg: str, queries: np.ndarray, params: RetrieveParams) -> list[set[int]]:
-    """The memories an exact retrieve recalls for each query (recall@k1's reference)."""
-    with MemoryBank(pg, index="exact") as bank:
-        return [{c.memory_id for c in bank.retrieve("perf query", params, vector=q.tolist(), record=False).candidates}
-                for q in queries]
-
-
-def timed_retrieves(bank: MemoryBank, queries: np.ndarray, exact: list[set[int]],
-                    params: RetrieveParams) -> tuple[list[float], float]:
-    """Seconds of each retrieve of `queries`, one after the other, and recall@k1 against `exact`."""
-    samples, found = [], 0
-    for q, want in zip(queries, exact):
+def retrieve_each(bank: MemoryBank, queries: np.ndarray, params: RetrieveParams) -> tuple[list[float], list[set[int]]]:
+    """Seconds of each retrieve of `queries`, one after the other, and the memories each recalled."""
+    samples, recalled = [], []
+    for q in queries:
         start = time.perf_counter()
         hit = bank.retrieve("perf query", params, vector=q.tolist(), record=False)
         samples.append(time.perf_counter() - start)
-        found += len({c.memory_id for c in hit.candidates} & want)
-    return samples, found / max(sum(map(len, exact)), 1)
+        recalled.append({c.memory_id for c in hit.candidates})
+    return samples, recalled
 
 
-def hnsw_serving(pg: str, queries: Callable[[], np.ndarray], params: RetrieveParams, blocks: int) -> dict[str, Any]:
-    """HNSW retrieve latency as a bank serving retrieves sees it: a new connection at the bank's own settings
-    answers `blocks` sets of fresh `queries()`, one query after the other with no other work between (their exact
-    answers are computed first, in a block). p50/p99 over all and p50 of each block, and recall@k1."""
-    tested = [queries() for _ in range(blocks)]
-    exact = exact_answers(pg, np.concatenate(tested), params)
-    with MemoryBank(pg, index="hnsw") as bank:
-        samples, recall = timed_retrieves(bank, np.concatenate(tested), exact, params)
-    ends = np.cumsum([len(t) for t in tested])
-    return {"queries": len(samples), **percentiles(samples), "recall_at_k1": recall,
-            "p50_ms_by_block": [percentiles(samples[end - len(t):end])["p50_ms"] for t, end in zip(tested, ends)]}
+def exact_answers(pg: str, queries: np.ndarray, params: RetrieveParams) -> list[set[int]]:
+    """The memories an exact retrieve recalls for each query (recall@k1's reference)."""
+    with MemoryBank(pg, index="exact") as bank:
+        return retrieve_each(bank, queries, params)[1]
 
 
-def hnsw_sweep(pg: str, queries: Callable[[], np.ndarray], params: RetrieveParams,
-               efs: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Recall@k1 (against the exact search) and retrieve latency of the HNSW index at each `hnsw.ef_search`, each
-    on fresh `queries()` whose exact answers are computed just before, in a block."""
+def recall_at_k1(recalled: list[set[int]], exact: list[set[int]]) -> float:
+    """The share of the exact retrieves' memories that were recalled, over all queries."""
+    return sum(len(got & want) for got, want in zip(recalled, exact)) / max(sum(map(len, exact)), 1)
+
+
+def hnsw_serving(pg: str, draw_queries: Callable[[], np.ndarray], params: RetrieveParams,
+                 blocks: int) -> dict[str, Any]:
+    """HNSW retrieve latency as a database serving retrieves sees it: a new connection at the bank's own settings
+    answers `blocks` sets of fresh `draw_queries()`, one query after the other with no other work between (their
+    exact answers are computed first, in a block). p50/p99 over all and p50 of each block, recall@k1, and the bank's
+    `ef_search` (a grouped retrieve searches with max(ef_search, its width): PostgresStore.knn)."""
+    sets = [draw_queries() for _ in range(blocks)]
+    tested = np.concatenate(sets)
+    exact = exact_answers(pg, tested, params)
     with MemoryBank(pg, index="hnsw") as bank:
         assert isinstance(bank.store, PostgresStore)
-        bank.retrieve("warm-up", params, vector=queries()[0].tolist(), record=False)  # the connection
+        samples, recalled = retrieve_each(bank, tested, params)
+        ef_search = bank.store.ef_search
+    ends = np.cumsum([len(block) for block in sets])
+    return {"queries": len(samples), "ef_search": ef_search, **percentiles(samples),
+            "recall_at_k1": recall_at_k1(recalled, exact),
+            "p50_ms_by_block": [percentiles(samples[end - len(block):end])["p50_ms"] for block, end in zip(sets, ends)]}
+
+
+def hnsw_sweep(pg: str, recall_queries: np.ndarray, draw_queries: Callable[[], np.ndarray], params: RetrieveParams,
+               efs: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Retrieve latency and recall@k1 of the HNSW index at each `hnsw.ef_search`: latency on fresh `draw_queries()`
+    for each setting (none of them searched before), recall@k1 (against the exact search) on `recall_queries`, the
+    same for every setting."""
+    exact = exact_answers(pg, recall_queries, params)
+    with MemoryBank(pg, index="hnsw") as bank:
+        assert isinstance(bank.store, PostgresStore)
+        bank.retrieve("warm-up", params, vector=recall_queries[0].tolist(), record=False)  # the connection
         out = []
         for ef in efs:
-            tested = queries()
-            exact = exact_answers(pg, tested, params)
             bank.store.tune_hnsw(int(ef))  # a grouped retrieve searches max(ef, its width) (PostgresStore.knn)
-            samples, recall = timed_retrieves(bank, tested, exact, params)
+            samples, _ = retrieve_each(bank, draw_queries(), params)
+            recall = recall_at_k1(retrieve_each(bank, recall_queries, params)[1], exact)
             out.append({"ef_search": ef, **percentiles(samples), "recall_at_k1": recall})
         return out
 
@@ -351,12 +363,14 @@ def measure(pg_url: str | None = None, memories: int = 100_000, queries: int = 1
         progress(f"retrieving from {memories} memories on both engines")
         tested = near_queries(rng, vectors, queries)
         results["retrieve"] = knn_latency(pg, sqlite, tested, params)
-        progress("PostgreSQL: HNSW recall and latency by ef_search")
-        fresh = functools.partial(near_queries, rng, vectors, queries)
-        progress("PostgreSQL: HNSW retrieves one after the other, as a bank serves them")
+        # fresh queries from a stream of their own, so that the draws after them match runs without them
+        fresh = functools.partial(near_queries, np.random.default_rng([seed, 1]), vectors, queries)
+        progress("PostgreSQL: HNSW retrieves one after the other, as a database serves them")
         results["hnsw_serving"] = hnsw_serving(pg, fresh, params, SERVING_BLOCKS)
-        results["hnsw_ef_search"] = hnsw_sweep(pg, fresh, params, EF_SEARCH)
-        results["hnsw_ef_search_memories"] = hnsw_sweep(pg, fresh, replace(params, recall="memories"), EF_SEARCH)
+        progress("PostgreSQL: HNSW recall and latency by ef_search")
+        results["hnsw_ef_search"] = hnsw_sweep(pg, tested, fresh, params, EF_SEARCH)
+        results["hnsw_ef_search_memories"] = hnsw_sweep(pg, tested, fresh, replace(params, recall="memories"),
+                                                        EF_SEARCH)
         progress(f"PostgreSQL with its HNSW index: {processes} processes × {per_process} rewards, random memory")
         before = table_sizes(pg)["hnsw_bytes"]
         results["rewards"]["postgresql_random_hnsw"] = concurrent_rewards(pg, ids["postgresql"], "random", processes,
@@ -370,7 +384,8 @@ def main() -> None:
     parser.add_argument("--pg-url", default=None, help="Admin postgresql:// URL of a server with pgvector "
                         "[MEMRL_PERF_PG_URL, else a throwaway local server].")
     parser.add_argument("--memories", type=int, default=100_000, help="Bank size [100000].")
-    parser.add_argument("--queries", type=int, default=100, help="Retrievals timed per retriever [100].")
+    parser.add_argument("--queries", type=int, default=100, help="Retrievals timed per retriever, per set of fresh queries "
+                        "(HNSW serving: SERVING_BLOCKS sets) and per ef_search [100].")
     parser.add_argument("--processes", type=int, default=8, help="Reward processes [8].")
     parser.add_argument("--rewards", type=int, default=500, help="Rewards per process [500].")
     parser.add_argument("--seed", type=int, default=0)

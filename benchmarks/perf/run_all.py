@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.perf import bank_perf, cold_cli, pg_perf
-from memrl_cli.postgres import HNSW_EF_SEARCH
 from memrl_cli.retrieve import RetrieveParams
 
 HERE = Path(__file__).parent
@@ -40,7 +39,7 @@ INGEST_PER_S = 5000
 EMBEDDED_INGEST_SHARE = 0.8
 SIZE_RATIO = 1.3
 HARNESS_RATIO = 1.2
-HNSW_MS, HNSW_RECALL = 8.0, 0.95  # issue 17: HNSW retrieve p50 at the bank's default ef_search, and its recall@k1
+HNSW_MS, HNSW_RECALL = 8.0, 0.95  # issue 17: HNSW retrieve p50 at the bank's own ef_search, and its recall@k1
 REPORTED = "(opt-in, reported)"
 
 
@@ -120,6 +119,12 @@ def reward_state(figures: dict[str, Any]) -> str:
             f"Q = ledger replay: {'ok' if figures['verify_ok'] else 'NO'}")
 
 
+def hnsw_target(figures: dict[str, Any]) -> tuple[str, bool]:
+    """Issue 17's HNSW target, and whether a retrieve's figures (p50, recall@k1) meet it."""
+    return (f"<= {HNSW_MS:g} ms at recall@k1 >= {HNSW_RECALL}",
+            figures["p50_ms"] <= HNSW_MS and figures["recall_at_k1"] >= HNSW_RECALL)
+
+
 def pg_rows(pg: dict[str, Any]) -> list[dict[str, Any]]:
     """PostgreSQL rows, each against the SQLite bank's figure in the same run."""
     n = pg["memories"]
@@ -150,20 +155,22 @@ def pg_rows(pg: dict[str, Any]) -> list[dict[str, Any]]:
     for name, label in (("pg_exact", "PostgreSQL exact"), ("pg_hnsw", "PostgreSQL HNSW"),
                         ("sqlite_vec", "SQLite, opt-in sqlite-vec index")):
         for p in ("p50_ms", "p99_ms"):
+            target, met = REPORTED, None
+            if (name, p) == ("pg_hnsw", "p50_ms"):  # the HNSW target, here with every search among the others' scans
+                target, met = hnsw_target(r[name])
             rows.append(row(f"retrieve {p[:3]}, {label}, n={n} (recall@k1 {r[name]['recall_at_k1']:.3f})", r[name][p],
                             "ms", r["sqlite_numpy"][p], "SQLite bank, index=numpy", r[name][p] / r["sqlite_numpy"][p],
-                            REPORTED, None))
+                            target, met))
     for mode, label in (("exact", "exact"), ("hnsw", "HNSW")):
         knn, whole = r[f"pg_{mode}_knn"]["p50_ms"], r[f"pg_{mode}"]["p50_ms"]
         rows.append(row(f"PostgreSQL {label}: the KNN query alone (store.knn) p50, n={n}", knn, "ms", whole,
                         "the whole retrieve", knn / whole, "", None))
-    if "hnsw_serving" in pg:  # the issue-17 target: the retrieve as a bank serving queries sees it
+    if "hnsw_serving" in pg:  # the HNSW target as a database serving retrieves sees it
         serving = pg["hnsw_serving"]
-        rows.append(row(f"retrieve p50, PostgreSQL HNSW, n={n}, ef_search {HNSW_EF_SEARCH}, {serving['queries']} fresh "
+        rows.append(row(f"retrieve p50, PostgreSQL HNSW, n={n}, ef_search {serving['ef_search']}, {serving['queries']} fresh "
                         f"queries one after the other (recall@k1 {serving['recall_at_k1']:.3f})", serving["p50_ms"],
                         "ms", r["pg_hnsw"]["p50_ms"], "the same, interleaved with the other retrievers",
-                        serving["p50_ms"] / r["pg_hnsw"]["p50_ms"], f"<= {HNSW_MS:g} ms at recall@k1 >= {HNSW_RECALL}",
-                        serving["p50_ms"] <= HNSW_MS and serving["recall_at_k1"] >= HNSW_RECALL))
+                        serving["p50_ms"] / r["pg_hnsw"]["p50_ms"], *hnsw_target(serving)))
     return rows
 
 
