@@ -24,12 +24,12 @@ reported too). Then:
 - **HNSW serving**: the HNSW retrieve as a database serving retrieves sees it: a new connection at the
   bank's own settings answers SERVING_BLOCKS sets of fresh queries (never searched before) one after
   the other, with no other work between (their exact answers are computed first). It runs after the
-  measurement above, whose HNSW searches have read much of the graph into the server's buffers.
+  measurement above, whose HNSW searches have likely read much of the graph into the server's buffers.
 - **HNSW ef_search**: retrieve latency and recall@k1 at each `hnsw.ef_search` of `EF_SEARCH`, for the
   default (grouped) retrieve and for one that recalls k1 memories (`recall="memories"`) (the bank's
   default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on fresh
-  queries of its own; recall is measured on the latency measurement's queries, the same for every
-  setting. Fresh queries come from a random stream of their own (seed, 1).
+  queries of its own; recall is measured on the interleaved measurement's queries, the same for
+  every setting. Fresh queries come from a random stream of their own (seed, 1).
 - **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
   HNSW index exists (what a reward costs the graph), with the index's growth.
 
