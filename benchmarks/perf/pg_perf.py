@@ -384,8 +384,8 @@ def main() -> None:
     parser.add_argument("--pg-url", default=None, help="Admin postgresql:// URL of a server with pgvector "
                         "[MEMRL_PERF_PG_URL, else a throwaway local server].")
     parser.add_argument("--memories", type=int, default=100_000, help="Bank size [100000].")
-    parser.add_argument("--queries", type=int, default=100, help="Retrievals timed per retriever, per set of fresh queries "
-                        "(HNSW serving: SERVING_BLOCKS sets) and per ef_search [100].")
+    parser.add_argument("--queries", type=int, default=100, help="Queries timed per retriever, per ef_search, and per set "
+                        f"of fresh queries in the HNSW serving measurement ({SERVING_BLOCKS} sets) [100].")
     parser.add_argument("--processes", type=int, default=8, help="Reward processes [8].")
     parser.add_argument("--rewards", type=int, default=500, help="Rewards per process [500].")
     parser.add_argument("--seed", type=int, default=0)
