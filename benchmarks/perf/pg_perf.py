@@ -272,17 +272,16 @@ def hnsw_serving(pg: str, draw_queries: Callable[[], np.ndarray], params: Retrie
     answers `blocks` sets of fresh `draw_queries()`, one query after the other with no other work between (their
     exact answers are computed first, in a block). p50/p99 over all and p50 of each block, recall@k1, and the bank's
     `ef_search` (a grouped retrieve searches with max(ef_search, its width): PostgresStore.knn)."""
-    sets = [draw_queries() for _ in range(blocks)]
-    tested = np.concatenate(sets)
+    tested = np.concatenate([draw_queries() for _ in range(blocks)])
     exact = exact_answers(pg, tested, params)
     with MemoryBank(pg, index="hnsw") as bank:
         assert isinstance(bank.store, PostgresStore)
         samples, recalled = retrieve_each(bank, tested, params)
         ef_search = bank.store.ef_search
-    ends = np.cumsum([len(block) for block in sets])
+    size = len(samples) // blocks  # every set has as many queries
     return {"queries": len(samples), "ef_search": ef_search, **percentiles(samples),
             "recall_at_k1": recall_at_k1(recalled, exact),
-            "p50_ms_by_block": [percentiles(samples[end - len(block):end])["p50_ms"] for block, end in zip(sets, ends)]}
+            "p50_ms_by_block": [percentiles(samples[b * size:(b + 1) * size])["p50_ms"] for b in range(blocks)]}
 
 
 def hnsw_sweep(pg: str, recall_queries: np.ndarray, draw_queries: Callable[[], np.ndarray], params: RetrieveParams,

@@ -79,9 +79,9 @@ class Benchmark(Protocol):
     # `prepare(task, later: Callable[[], bool]) -> None`: start the task's environment before its episode, on another
     # thread of the process that will play it (the harness prepares a batch's, then the next batch's; while `later()`,
     # a cheap call that takes no lock, is true the task plays in a later batch and its start should yield to the
-    # episodes in play; ALFWorld loads and
-    # resets the game), never raising: an environment that fails to start is left to `run_episode`, which reports
-    # it. Only `run_episode` takes what `prepare` started, so a `SingleGeneration` adapter should not define it.
+    # episodes in play; ALFWorld loads and resets the game), never raising: an environment that fails to start is
+    # left to `run_episode`, which reports it. Only `run_episode` takes what `prepare` started, so a
+    # `SingleGeneration` adapter should not define it.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""
