@@ -182,12 +182,6 @@ class MemoryBank:
         """Recompute the bank's similarity statistics now, or set/clear a fixed override."""
         return self._calibration.calibrate(mean, std, clear)
 
-    def q_stats(self) -> tuple[float, float]:
-        """Bank-level (mean, std) of Q, shrunk to a prior: the `calibrated` and `ucb` selectors' z(Q)."""
-        return self._calibration.q_stats()
-
-    # -- ingest -------------------------------------------------------------------
-
     def ingest(self, intent: str, experience: str, outcome: str = "unknown", *, task_id: str | None = None,
                source: str | None = None, q: float = 0.0, metadata: dict[str, Any] | None = None,
                vector: list[float] | None = None) -> IngestResult:

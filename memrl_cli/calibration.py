@@ -1,6 +1,6 @@
 """A bank's own statistics for Phase B's z-scores: the similarity statistics of z(sim) (measured
-between stored intents and refreshed as the bank grows, or fixed by the user), and the bank-level
-Q statistics of the `calibrated` and `ucb` selectors' z(Q).
+between stored intents and refreshed as the bank grows, or fixed by the user): used by the
+`sim_stats="bank"` switch, or always when the user fixed them (`memrl calibrate --mean --std`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from memrl_cli.connection import BankConnection
 from memrl_cli.errors import MemrlError
 from memrl_cli.records import now
-from memrl_cli.retrieve import shrunk_q_stats, similarity_stats
+from memrl_cli.retrieve import similarity_stats
 
 RECALIBRATE_GROWTH = 0.1  # refresh the similarity statistics when the bank grew by this share (or 1000 memories)
 SAMPLE = 2000  # memories whose pairwise similarities the statistics are measured on
@@ -24,6 +24,11 @@ class Calibration:
 
     def __init__(self, db: BankConnection) -> None:
         self.db = db
+
+    def override(self) -> tuple[float, float] | None:
+        """The (mean, std) the user fixed for this bank (`memrl calibrate --mean --std`), if any."""
+        stats = self.similarity_stats()
+        return stats if self.db.meta("sim_stats_override") else None
 
     def similarity_stats(self) -> tuple[float, float]:
         """(mean, std) used for z(sim): a user override, else the bank's own statistics."""
@@ -67,10 +72,3 @@ class Calibration:
         mean, std, pairs = similarity_stats(vectors, rng)
         self.db.store.set_meta("sim_stats", {"mean": mean, "std": std, "memories": n, "pairs": pairs,
                                              "method": "cosine between stored intents", "updated_at": now()})
-
-    def q_stats(self) -> tuple[float, float]:
-        """Bank-level (mean, std) of Q, shrunk to a prior: the `calibrated` and `ucb` selectors' z(Q)."""
-        def read() -> tuple[float, float]:
-            n, mean, square = self.db.conn.execute("SELECT COUNT(*), AVG(q), AVG(q * q) FROM memories").fetchone()
-            return shrunk_q_stats(int(n or 0), float(mean or 0.0), float(square or 0.0))
-        return self.db.cached("q_stats", read)

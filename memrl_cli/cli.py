@@ -46,9 +46,8 @@ def default_db() -> str:
     return os.path.join(base, "memrl", "memrl.db")
 
 
-SELECTOR = typer.Option("memrl", help="Phase B utility: memrl (the paper's rule), conditioned-t (recommended: "
-                                     "docs/learning.md), calibrated, ucb, conditioned, conditioned-z, conditioned-n, "
-                                     "conditioned-nz, conditioned-ts.")
+SELECTOR = typer.Option("memrl", help="Phase B utility: memrl (the paper's z(Q)) or memrl-conditioned (the rewards "
+                                     "a memory earned at similar queries; docs/method.md).")
 DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
                   help="Bank: a SQLite file, or a postgresql:// URL [env MEMRL_DB; default "
                        "~/.local/share/memrl/memrl.db].")
@@ -225,19 +224,24 @@ def ingest(
 @app.command()
 def retrieve(
     query: str = typer.Argument(..., help="The task to find memories for."),
-    k1: int = typer.Option(5, help="Phase A: how many intent groups (or memories, --recall memories) to recall."),
+    k1: int = typer.Option(5, help="Phase A: how many memories (or intent groups, --recall groups) to recall."),
     k2: int = typer.Option(3, help="Phase B: how many to select by (1-λ)·z(sim) + λ·z(Q)."),
     lam: float = typer.Option(0.5, "--lambda", help="Weight of Q against similarity (0 = plain RAG)."),
     threshold: float = typer.Option(0.5, help="Minimum cosine similarity for Phase A, in [-1, 1]."),
     epsilon: float = typer.Option(0.0, help="Probability of picking a random k2-subset instead (ε-greedy)."),
     seed: Optional[int] = typer.Option(None, help="Seed for ε-greedy."),
-    sim_mean: Optional[float] = typer.Option(None, help="Override the bank's similarity mean for z(sim)."),
-    sim_std: Optional[float] = typer.Option(None, help="Override the bank's similarity std for z(sim)."),
+    sim_mean: Optional[float] = typer.Option(None, help="Fixed similarity mean for z(sim) (e.g. the authors' constants)."),
+    sim_std: Optional[float] = typer.Option(None, help="Fixed similarity std for z(sim)."),
     q_min: Optional[float] = typer.Option(None, help="Phase B: select only memories with Q at least this "
                                                      "(the authors' BCB/LLB: -0.8)."),
-    recall: str = typer.Option("groups", help="Phase A: k1 counts intent groups (groups) or memories (memories)."),
-    group_threshold: float = typer.Option(0.9, help="Cosine at or above which two intents form one group."),
-    pool: int = typer.Option(64, help="Most memories grouped recall passes to Phase B (the newest kept)."),
+    recall: str = typer.Option("memories", help="Phase A: k1 counts memories (the paper) or intent groups (groups: "
+                                                "the authors' code; a departure, docs/method.md)."),
+    group_threshold: float = typer.Option(0.9, help="--recall groups: cosine at or above which two intents are one group."),
+    pool: int = typer.Option(64, help="--recall groups: most memories passed to Phase B (the most similar kept)."),
+    member_similarity: bool = typer.Option(False, "--member-similarity", help="--recall groups: each member keeps "
+                                           "its own similarity instead of its group's (a departure)."),
+    sim_stats: str = typer.Option("candidates", help="z(sim) statistics: candidates (the paper) or bank (the bank's "
+                                                     "own, a departure)."),
     selector: str = SELECTOR,
     vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
@@ -251,8 +255,8 @@ def retrieve(
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
                                 sim_mean=sim_mean, sim_std=sim_std, q_min=q_min, recall=recall,
-                                group_threshold=group_threshold, pool=pool, selector=selector,
-                                sources=tuple(source or ()))
+                                group_threshold=group_threshold, pool=pool, member_similarity=member_similarity,
+                                sim_stats=sim_stats, selector=selector, sources=tuple(source or ()))
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
@@ -558,8 +562,8 @@ def doctor(
 @app.command()
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
-    method: Optional[str] = typer.Option(None, help="memrl (λ=0.5), rag (λ=0), none, memrl-cal, memrl-ucb, memrl-ctx, "
-                                                    "memrl-ctxz, memrl-ctxn, memrl-ctxnz, memrl-ctxt (recommended), memrl-ctxts, memp, reflexion, self-rag (bigcodebench, hle), pass@k; "
+    method: Optional[str] = typer.Option(None, help="memrl (the paper, λ=0.5), rag (λ=0), none, memrl-conditioned, "
+                                                    "memp, reflexion, self-rag (bigcodebench, hle), pass@k; "
                                                     "comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),

@@ -127,7 +127,7 @@ class SearchIndex:
             dtype=np.int64))
 
     def recall(self, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
-        """Phase A: (ids, similarities) of the candidates, best first (grouped unless `recall="memories"`)."""
+        """Phase A: (ids, similarities) of the candidates, best first (grouped with `recall="groups"`)."""
         if params.recall == "memories":
             ids, sims = self.search(vector, params.k1, params.threshold, params.sources)
             return ids.tolist(), sims.tolist()
@@ -141,7 +141,8 @@ class SearchIndex:
         if not len(ids):
             return [], []
         vectors = self.stored_vectors(ids) if stored is None else stored
-        return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool)
+        return group_recall(ids, sims, vectors, params.k1, params.group_threshold, params.pool,
+                            params.member_similarity)
 
     def stored_vectors(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of `ids`, in order: rows of the in-process index when it holds them all

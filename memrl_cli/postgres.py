@@ -436,7 +436,8 @@ class PostgresStore(Store):
         rows_from = "memories v"  # filters name columns of the memory row, which only `memories` has
         if hnsw and self.graph_table() == "memory_vectors":
             rows_from = "memory_vectors v" + (" JOIN memories USING (id)" if conditions else "")
-        knn = f"SELECT id, {distance} AS d{', v.embedding' if vectors else ''} FROM {rows_from}{where} ORDER BY d LIMIT ?"
+        order = "d" if hnsw else "d, id DESC"  # exact: ties to the newest memory, as phase_a (HNSW: the graph's order)
+        knn = f"SELECT id, {distance} AS d{', v.embedding' if vectors else ''} FROM {rows_from}{where} ORDER BY {order} LIMIT ?"
         sql, args = knn, [self.encode(vector), *args, k]
         if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
             sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?", [*args, 1.0 - threshold + 1e-9]

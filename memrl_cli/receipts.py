@@ -1,6 +1,6 @@
 """Retrieval over a bank, and the receipt it leaves: both phases of `memrl_cli.retrieve` run on the
 bank's memories, and every candidate with its scores is stored, so that a reward later resolves
-to exactly the memories that were selected (and the query-conditioned selectors can learn from
+to exactly the memories that were selected (and the `memrl-conditioned` selector can learn from
 past rewarded retrievals).
 """
 
@@ -19,8 +19,8 @@ from memrl_cli.store_views import CHUNK
 from memrl_cli.errors import MemrlError
 from memrl_cli.index import SearchIndex
 from memrl_cli.records import check_text, now
-from memrl_cli.retrieve import (CONDITIONED, SAME_INTENT, TRANSFER, Candidate, RetrieveParams, conditioned_utility,
-                                phase_b, transfer_record)
+from memrl_cli.retrieve import (SAME_INTENT, Candidate, RetrieveParams, conditioned_utility, phase_b,
+                                transfer_record, zscore_stats)
 from memrl_cli.vectors import BankVectors
 
 
@@ -68,8 +68,7 @@ class Retriever:
         query = check_text(query, "query", "")
         candidates: list[Candidate] = []
         explored = False
-        sim_stats = self.calibration.similarity_stats() if params.sim_mean is None or params.sim_std is None \
-            else (params.sim_mean, params.sim_std)  # the receipt records the statistics actually used
+        sim_stats = self.sim_stats(params)  # fixed statistics, or None: the candidates' own
         rows: dict[int, tuple] = {}
         cache: tuple[str, np.ndarray] | None = None
         if self.db.has_memories():
@@ -84,18 +83,29 @@ class Retriever:
                                                         id_list)}
                 candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
                               for i, s in zip(id_list, sim_list)]
-                if params.selector in CONDITIONED:
-                    self.condition(candidates, query_vec, params.selector)
-                q_stats = self.calibration.q_stats() if params.selector in ("calibrated", "ucb") else (0.0, 1.0)
-                explored = phase_b(candidates, params, sim_stats, random.Random(params.seed), q_stats)
+                if params.selector == "memrl-conditioned":
+                    self.condition(candidates, query_vec)
+                if sim_stats is None:  # the receipt records the statistics actually used
+                    sim_stats = zscore_stats(np.array(sim_list, dtype=np.float64))
+                explored = phase_b(candidates, params, sim_stats, random.Random(params.seed))
         selected = _selected(candidates)
         memories = [{"id": c.memory_id, "intent": rows[c.memory_id][2], "experience": rows[c.memory_id][3],
                      "outcome": rows[c.memory_id][4], "similarity": c.similarity, "q": c.q, "score": c.score}
                     for c in selected]
-        retrieval_id = self.write_receipt(query, params, sim_stats, candidates, selected, explored, cache,
+        retrieval_id = self.write_receipt(query, params, sim_stats or (0.0, 1.0), candidates, selected, explored, cache,
                                           query_vec if candidates else None) if record else None
-        return Retrieval(retrieval_id, query, memories, candidates, explored, params, sim_stats,
+        return Retrieval(retrieval_id, query, memories, candidates, explored, params, sim_stats or (0.0, 1.0),
                          query_vec if candidates else None)
+
+    def sim_stats(self, params: RetrieveParams) -> tuple[float, float] | None:
+        """z(sim)'s fixed (mean, std): the call's constants, else the bank's user-fixed ones, else with the
+        `sim_stats="bank"` switch the bank's measured ones; None to standardise over the candidates (the paper)."""
+        if params.sim_mean is not None and params.sim_std is not None:
+            return params.sim_mean, params.sim_std
+        fixed = self.calibration.override()
+        if fixed is not None or params.sim_stats == "candidates":
+            return fixed
+        return self.calibration.similarity_stats()
 
     def record(self, retrieval: Retrieval) -> int:
         """Store the receipt of a retrieval made with `record=False`, exactly as `retrieve` would have;
@@ -107,14 +117,13 @@ class Retriever:
                                           query_vec=retrieval.query_vector)
         return retrieval.id
 
-    def condition(self, candidates: list[Candidate], query_vec: np.ndarray, selector: str = "conditioned") -> None:
-        """Set each candidate's query-conditioned utility from its rewarded past retrievals (receipts + ledger);
-        for `conditioned-t`, also its transfer record (those queries' cosines to its own intent)."""
+    def condition(self, candidates: list[Candidate], query_vec: np.ndarray) -> None:
+        """`memrl-conditioned`: set each candidate's query-conditioned utility from its rewarded past
+        retrievals (receipts + ledger) and its transfer record (those queries' cosines to its own intent)."""
         past: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         elsewhere: dict[int, list[tuple[float, float]]] = {c.memory_id: [] for c in candidates}
         ids = sorted(past)
-        intents = dict(zip(ids, self.index.stored_vectors(np.array(ids, dtype=np.int64)))) \
-            if selector in TRANSFER else {}
+        intents = dict(zip(ids, self.index.stored_vectors(np.array(ids, dtype=np.int64))))
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
             for mid, reward, blob in self.db.conn.execute(
@@ -123,12 +132,11 @@ class Retriever:
                     chunk):
                 past_query = np.frombuffer(bytes(blob), dtype=np.float32)
                 past[mid].append((float(past_query @ query_vec), float(reward)))
-                if intents:
-                    elsewhere[mid].append((float(past_query @ intents[mid]), float(reward)))
+                elsewhere[mid].append((float(past_query @ intents[mid]), float(reward)))
         for c in candidates:
             c.transfer = transfer_record(elsewhere[c.memory_id])
-            elsewhere_here = bool(intents) and float(intents[c.memory_id] @ query_vec) < SAME_INTENT
-            c.utility = conditioned_utility(c.q, past[c.memory_id], selector, c.transfer if elsewhere_here else 0.0) \
+            elsewhere_here = float(intents[c.memory_id] @ query_vec) < SAME_INTENT
+            c.utility = conditioned_utility(past[c.memory_id], c.transfer if elsewhere_here else 0.0) \
                 if past[c.memory_id] else None
 
     def write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],

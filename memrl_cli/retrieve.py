@@ -1,44 +1,31 @@
-"""Two-phase retrieval, as in MemRL (arXiv 2601.03192).
+"""Two-phase retrieval, as in MemRL (arXiv 2601.03192); by default exactly the paper's rule.
 
-Phase A (similarity recall): memories whose intents are the same (cosine ≥ `group_threshold`,
-0.9 as in the authors' code; identical vectors always) form one group; the k1 groups most
-similar to the query are recalled, and every memory of a recalled group enters Phase B with its own
-similarity (best first, newest first among ties), the pool capped at its `pool` newest. With
-`recall="memories"`, k1 counts memories instead (ties broken by ascending id). Only
-memories at or above `threshold` are recalled.
+Phase A (similarity recall): the k1 memories most similar to the query (cosine over intent
+embeddings), keeping only those at or above `threshold`.
 Phase B (value-aware selection): score each candidate by
 
     score = (1 − λ)·z(sim) + λ·z(Q)
 
 and take the k2 best. λ = 0 is plain similarity RAG; λ = 1 ranks the recalled set by Q only.
+z(sim) and z(Q) standardise over the candidate set (population std; std 1 when there is one
+candidate or all values are equal, so the term is 0); z(Q) is clipped to ±3 as in the authors'
+code. Ties, in both phases and for every selector and λ, go to the NEWEST memory (highest id):
+one rule for every method, so similarity-only retrieval (`rag`) is not stuck with a repeated
+task's oldest memories.
 
-z(Q) standardises Q over the candidate set (population std; std 1 when there is one
-candidate or all Q are equal, so ties fall back to similarity) and is clipped to ±3.
-z(sim) standardises similarity with the *bank's own* similarity statistics (mean and std of
-cosine between stored intents, kept in the bank's meta and refreshed as it grows; see
-`calibration`), or with an explicit override. The authors hard-coded per-benchmark
-constants here, which is why users could not reproduce their numbers.
+Departures from the paper are named switches, off by default (docs/method.md lists them with
+their measured effects; `DEPARTURES` names them):
 
-`selector` chooses the Phase-B utility term (`memrl` is the paper's rule above; see
-`SELECTORS` and docs/method.md for the others):
-
-* `calibrated`: z(Q) with the bank's own Q statistics, shrunk to a prior (symmetric with z(sim));
-* `ucb`: `calibrated` plus an optimism bonus UCB_BONUS/√(1 + visits) for little-tried memories;
-* `conditioned`: the utility of a memory *for this query*: rewards of its past retrievals weighted
-  by how similar their query was to this one (kernel exp(−(1 − cos)/CONDITION_TAU)), shrunk to the
-  memory's Q with CONDITION_PRIOR pseudo-observations, divided by Q_PRIOR_STD;
-* `conditioned-z`: that query-conditioned utility standardised over the candidates, as the paper's
-  z(Q) is; ties go to the newest memory;
-* `conditioned-n`, `conditioned-nz`: `conditioned`, `conditioned-z` with a neutral prior: the
-  pseudo-observation (and the utility of a memory never rewarded) is 0, a never-rewarded memory's
-  Q, instead of the memory's own Q, so a Q earned at dissimilar queries does not count for this one;
-* `conditioned-t`: `conditioned-n` where, for a query that is not the memory's own task (cosine
-  < SAME_INTENT to its intent), the pseudo-observation is the memory's *transfer record* instead
-  of 0: the mean reward of its uses for tasks other than its own, shrunk to 0 with CONDITION_PRIOR
-  pseudo-observations. A memory that helped other tasks is worth trying for a new one, one that
-  misled them is not; at its own task the prior stays 0 and that task's rewards decide;
-* `conditioned-ts`: `conditioned-t` with the utility divided by WIDE_SCALE instead of Q_PRIOR_STD, so
-  a utility of ±1 weighs ±3 in z units, the range of the paper's z(Q) (and of z(sim) at its clip).
+* `recall="groups"`: the authors' code's key groups: memories whose intents have cosine
+  ≥ `group_threshold` form one group, k1 counts groups, every member of a recalled group is a
+  candidate with its group's similarity (its best member's), or with its own (`member_similarity`);
+  the search reads `pool × SEARCH_WIDTH` memories and the candidate pool keeps the `pool` most
+  similar (newest first among ties);
+* `sim_stats="bank"`: z(sim) with the bank's own similarity statistics (`calibration`) instead of
+  the candidates'; `sim_mean`/`sim_std` give fixed constants (the authors' per-benchmark ones);
+* `selector="memrl-conditioned"`: the one alternative Phase B kept in the product (see
+  `conditioned_utility`): a memory's utility for *this* query from the rewards it earned at similar
+  queries, and elsewhere from its record at other tasks.
 
 With probability ε (seeded), Phase B picks a uniform random k2-subset of the candidates
 instead (ε-greedy exploration); the receipt records that it did.
@@ -61,27 +48,23 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.validators import is_finite, is_whole
 
 Z_CLIP = 3.0
-RECALLS = ("groups", "memories")
-SELECTORS = ("memrl", "calibrated", "ucb", "conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
-             "conditioned-t", "conditioned-ts")
-CONDITIONED = ("conditioned", "conditioned-z", "conditioned-n", "conditioned-nz",
-               "conditioned-t", "conditioned-ts")  # need the query-conditioned utility
-TRANSFER = ("conditioned-t", "conditioned-ts")  # conditioned utilities with the transfer record as the prior elsewhere
-OWN_Q_PRIOR = ("conditioned", "conditioned-z")  # conditioned utilities shrunk to the memory's own Q
-STANDARDISED = ("conditioned-z", "conditioned-nz")  # conditioned utilities standardised over the candidates
+RECALLS = ("memories", "groups")
+SIM_STATS = ("candidates", "bank")
+SELECTORS = ("memrl", "memrl-conditioned")
 SEARCH_WIDTH = 4  # grouped recall searches pool × this many memories, then groups them
-Q_PRIOR_STD = 0.5  # prior std of Q (rewards ±1) for calibrated z(Q)
-Q_PRIOR_COUNT = 10.0  # pseudo-memories behind that prior
-UCB_BONUS = 1.0  # optimism, in z units, for a never-rewarded memory
-CONDITION_TAU = 0.02  # query-similarity kernel width of `conditioned`
-CONDITION_PRIOR = 1.0  # pseudo-observations of the memory's own Q behind `conditioned`
-SAME_INTENT = 0.99  # `conditioned-t`: a query this close to a memory's intent is the memory's own task
-WIDE_SCALE = 1.0 / Z_CLIP  # `conditioned-ts`: a utility of ±1 is ±Z_CLIP in z units, the paper's z(Q) range
+CONDITION_TAU = 0.02  # query-similarity kernel width of `memrl-conditioned`
+CONDITION_PRIOR = 1.0  # pseudo-observations behind its prior
+SAME_INTENT = 0.99  # a query this close to a memory's intent is the memory's own task
+Q_SCALE = 0.5  # `memrl-conditioned`: a utility is divided by this (a prior std of Q for rewards ±1)
+LEGACY_SELECTORS = {"conditioned-t": "memrl-conditioned"}  # receipts written before the rename
+# The departures from the paper's rule: each a RetrieveParams field, off (the paper's value) by default.
+DEPARTURES = {"recall": "memories", "member_similarity": False, "sim_stats": "candidates",
+              "selector": "memrl"}
 
 
 @dataclass(frozen=True)
 class RetrieveParams:
-    """The knobs of both phases (paper defaults)."""
+    """The knobs of both phases (paper defaults; `DEPARTURES` are the switches away from the paper)."""
 
     k1: int = 5
     k2: int = 3
@@ -92,9 +75,11 @@ class RetrieveParams:
     sim_mean: float | None = None
     sim_std: float | None = None
     q_min: float | None = None
-    recall: str = "groups"
+    recall: str = "memories"
     group_threshold: float = 0.9
     pool: int = 64
+    member_similarity: bool = False
+    sim_stats: str = "candidates"
     selector: str = "memrl"
     sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
 
@@ -103,10 +88,13 @@ class RetrieveParams:
         if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
             raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
         object.__setattr__(self, "sources", tuple(sources))
-        if self.recall not in RECALLS:
-            raise MemrlError(f"recall must be one of {', '.join(RECALLS)}, got {self.recall!r}")
-        if self.selector not in SELECTORS:
-            raise MemrlError(f"selector must be one of {', '.join(SELECTORS)}, got {self.selector!r}")
+        object.__setattr__(self, "selector", LEGACY_SELECTORS.get(self.selector, self.selector))
+        for name, value, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
+                                     ("selector", self.selector, SELECTORS)):
+            if value not in choices:
+                raise MemrlError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        if not isinstance(self.member_similarity, bool):
+            raise MemrlError(f"member_similarity must be true or false, got {self.member_similarity!r}")
         if not (is_whole(self.pool) and 1 <= self.pool <= 1024):
             raise MemrlError(f"pool must be an integer in [1, 1024], got {self.pool!r}")
         if not (isinstance(self.k1, int) and isinstance(self.k2, int) and self.k1 >= 1 and self.k2 >= 1):
@@ -126,6 +114,22 @@ class RetrieveParams:
         if self.q_min is not None and not is_finite(self.q_min):
             raise MemrlError(f"q_min must be a finite number or unset, got {self.q_min!r}")
 
+    @classmethod
+    def from_receipt(cls, params: dict[str, Any]) -> "RetrieveParams":
+        """The parameters a receipt recorded, read by this version (older receipts: the defaults they ran with)."""
+        params = dict(params)
+        params.setdefault("recall", "groups")  # receipts before the recall field (and before 2026-11-26) grouped
+        params.setdefault("member_similarity", params["recall"] == "groups")
+        params.setdefault("sim_stats", "bank")
+        if params.get("selector") not in (*SELECTORS, *LEGACY_SELECTORS):
+            params["selector"] = "memrl"  # a retired experimental selector: replayed as the paper's rule
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in params.items() if k in known})
+
+    def departures(self) -> dict[str, Any]:
+        """The switches of `DEPARTURES` that this call turns on, with their values."""
+        return {k: getattr(self, k) for k, off in DEPARTURES.items() if getattr(self, k) != off}
+
     def to_dict(self) -> dict[str, Any]:
         """The parameters as stored in a receipt."""
         return asdict(self)
@@ -143,9 +147,15 @@ class Candidate:
     score: float = 0.0
     selected_rank: int | None = None
     visits: int = 0
-    utility: float | None = None  # `conditioned`: the query-conditioned utility
-    transfer: float = 0.0  # `conditioned-t`, `conditioned-ts`: the memory's transfer record (`transfer_record`)
+    utility: float | None = None  # `memrl-conditioned`: the query-conditioned utility
+    transfer: float = 0.0  # `memrl-conditioned`: the memory's transfer record (`transfer_record`)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def zscore_stats(values: np.ndarray) -> tuple[float, float]:
+    """The (mean, std) `zscores` standardises `values` by: theirs (population std; 1 if one value or all equal)."""
+    std = float(values.std()) if len(values) > 1 else 1.0
+    return float(values.mean()), (std if std > 1e-9 else 1.0)
 
 
 def zscores(values: np.ndarray, mean: float | None = None, std: float | None = None,
@@ -159,10 +169,14 @@ def zscores(values: np.ndarray, mean: float | None = None, std: float | None = N
     return np.clip(z, -clip, clip) if clip is not None else z
 
 
-def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k1 (ids, float64 similarities) by similarity, best first, keeping sim ≥ threshold.
+def newest_first(ids: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """The order of (ids, sims) best first, the newest memory (highest id) first among equal similarities."""
+    return np.lexsort((-ids, -sims))
 
-    One partition and one comparison over the whole array; the rest works on the few survivors.
+
+def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k1 (ids, float64 similarities) by similarity, best first, newest first among ties, keeping
+    sim ≥ threshold. One partition and one comparison over the whole array; the rest works on the few survivors.
     """
     n = len(similarities)
     cut = threshold
@@ -170,23 +184,25 @@ def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float
         cut = max(cut, np.partition(similarities, n - k1)[n - k1])
     top = np.flatnonzero(similarities >= np.float64(cut))  # float64, as the similarities are reported
     sims, ids = similarities[top].astype(np.float64), ids[top]
-    order = np.lexsort((ids, -sims))[:k1]
+    order = newest_first(ids, sims)[:k1]
     return ids[order], sims[order]
 
 
 def group_recall(ids: np.ndarray, sims: np.ndarray, vectors: np.ndarray, k1: int, group_threshold: float,
-                 pool: int) -> tuple[list[int], list[float]]:
-    """Grouped Phase A over searched candidates (best first): (ids, own similarities) of the pool.
+                 pool: int, member_similarity: bool = False) -> tuple[list[int], list[float]]:
+    """Grouped Phase A (the `recall="groups"` switch) over searched candidates: (ids, similarities) of the pool.
 
     Candidates join the first group whose best member has cosine ≥ `group_threshold` with them
-    (identical vectors always do); the first k1 groups are recalled, each member with its own
-    similarity; the pool keeps its `pool` newest members (highest ids), best first.
+    (identical vectors always do); the first k1 groups are recalled. Each member gets its group's
+    similarity (its best member's, as the authors' key), or its own with `member_similarity`; the pool
+    keeps the `pool` most similar members by their own similarity (newest first among ties), best first.
     """
-    order = np.lexsort((-ids, -sims))  # best first, newest first among ties
+    order = newest_first(ids, sims)
     ids, sims, vectors = ids[order], sims[order], vectors[order]
     first: dict[bytes, int] = {}
     same = np.array([first.setdefault(v.tobytes(), i) for i, v in enumerate(vectors)])  # identical vectors: one id
     joins: list[list[bool]] = []  # per group (its best member first seen): which rows join it
+    best: list[float] = []  # per group: its best member's similarity
     members: list[tuple[int, int]] = []  # (group, row)
     for row in range(len(ids)):
         group = next((g for g, joined in enumerate(joins) if joined[row]), None)
@@ -194,48 +210,31 @@ def group_recall(ids: np.ndarray, sims: np.ndarray, vectors: np.ndarray, k1: int
             if len(joins) == k1:
                 continue
             joins.append((((vectors @ vectors[row]) >= group_threshold) | (same == same[row])).tolist())
+            best.append(float(sims[row]))
             group = len(joins) - 1
         members.append((group, row))
-    kept = sorted((row for _, row in members), key=lambda row: -int(ids[row]))[:pool]
-    kept.sort()  # rows are already best first, newest first among ties
-    return [int(ids[row]) for row in kept], [float(sims[row]) for row in kept]
+        if len(members) == pool:  # rows come best first: the pool is full with the most similar
+            break
+    if member_similarity:
+        return [int(ids[row]) for _, row in members], [float(sims[row]) for _, row in members]
+    kept = sorted(members, key=lambda m: (-best[m[0]], -int(ids[m[1]])))  # by the group's similarity, newest first
+    return [int(ids[row]) for _, row in kept], [best[group] for group, _ in kept]
 
 
-def utility_z(candidates: list[Candidate], params: RetrieveParams, q_stats: tuple[float, float]) -> np.ndarray:
+def utility_z(candidates: list[Candidate], params: RetrieveParams) -> np.ndarray:
     """The Phase-B utility term of `params.selector`, in z units, clipped to ±Z_CLIP."""
-    qs = np.array([c.q for c in candidates], dtype=np.float64)
     if params.selector == "memrl":
-        return zscores(qs, clip=Z_CLIP)
-    if params.selector in CONDITIONED:
-        fallback = [c.q if params.selector in OWN_Q_PRIOR else 0.0 for c in candidates]  # never rewarded
-        utility = np.array([f if c.utility is None else c.utility for c, f in zip(candidates, fallback)],
-                           dtype=np.float64)
-        if params.selector in STANDARDISED:
-            return zscores(utility, clip=Z_CLIP)
-        return zscores(utility, 0.0, WIDE_SCALE if params.selector == "conditioned-ts" else Q_PRIOR_STD, clip=Z_CLIP)
-    z = zscores(qs, q_stats[0], q_stats[1])
-    if params.selector == "ucb":
-        z = z + UCB_BONUS / np.sqrt(1.0 + np.array([c.visits for c in candidates], dtype=np.float64))
-    return np.clip(z, -Z_CLIP, Z_CLIP)
+        return zscores(np.array([c.q for c in candidates], dtype=np.float64), clip=Z_CLIP)
+    utility = np.array([0.0 if c.utility is None else c.utility for c in candidates], dtype=np.float64)
+    return zscores(utility, 0.0, Q_SCALE, clip=Z_CLIP)
 
 
-def shrunk_q_stats(count: int, mean: float, mean_square: float, q_init: float = 0.0) -> tuple[float, float]:
-    """Bank-level (mean, std) of Q shrunk towards (q_init, Q_PRIOR_STD) with Q_PRIOR_COUNT pseudo-memories."""
-    n = float(count)
-    shrunk_mean = (n * mean + Q_PRIOR_COUNT * q_init) / (n + Q_PRIOR_COUNT)
-    variance = max(mean_square - mean * mean, 0.0)
-    shrunk_var = (n * variance + Q_PRIOR_COUNT * Q_PRIOR_STD ** 2) / (n + Q_PRIOR_COUNT)
-    return shrunk_mean, math.sqrt(shrunk_var)
-
-
-def conditioned_utility(q: float, rewards: list[tuple[float, float]], selector: str = "conditioned",
-                        transfer: float = 0.0) -> float:
-    """Utility for this query from (query cosine, reward) of a memory's past rewarded retrievals,
-    shrunk with CONDITION_PRIOR pseudo-observations to the memory's Q, to 0 (`conditioned-n`, `conditioned-nz`)
-    or to its `transfer` record (the `TRANSFER` selectors)."""
+def conditioned_utility(rewards: list[tuple[float, float]], prior: float = 0.0) -> float:
+    """`memrl-conditioned`: a memory's utility for this query from (query cosine, reward) of its past
+    rewarded retrievals, each weighted exp(−(1 − cos)/CONDITION_TAU), averaged with CONDITION_PRIOR
+    pseudo-observations of `prior`: 0 at the memory's own task, its `transfer_record` elsewhere."""
     weights = [math.exp(-(1.0 - cos) / CONDITION_TAU) for cos, _ in rewards]
     total = sum(w * r for w, (_, r) in zip(weights, rewards))
-    prior = q if selector in OWN_Q_PRIOR else transfer if selector in TRANSFER else 0.0
     return (total + CONDITION_PRIOR * prior) / (sum(weights) + CONDITION_PRIOR)
 
 
@@ -247,25 +246,27 @@ def transfer_record(rewards: list[tuple[float, float]]) -> float:
     return sum(elsewhere) / (len(elsewhere) + CONDITION_PRIOR)
 
 
-def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tuple[float, float],
-            rng: random.Random, q_stats: tuple[float, float] = (0.0, Q_PRIOR_STD)) -> bool:
-    """Score `candidates` in place and mark the k2 selected; return True if ε-exploration fired."""
+def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tuple[float, float] | None,
+            rng: random.Random) -> bool:
+    """Score `candidates` in place and mark the k2 selected; return True if ε-exploration fired.
+
+    `sim_stats`: fixed (mean, std) for z(sim), or None to standardise over the candidates (the paper).
+    """
     if not candidates:
         return False
     sims = np.array([c.similarity for c in candidates], dtype=np.float64)
-    mean, std = (params.sim_mean, params.sim_std) if params.sim_mean is not None else sim_stats
+    mean, std = (params.sim_mean, params.sim_std) if params.sim_mean is not None else sim_stats or (None, None)
     z_sim = zscores(sims, mean, std)
-    z_q = utility_z(candidates, params, q_stats)  # memrl: over all candidates, before the q_min filter (as the authors)
+    z_q = utility_z(candidates, params)  # memrl: over all candidates, before the q_min filter (as the authors)
     scores = (1 - params.lam) * z_sim + params.lam * z_q
     for c, zs, zq, s in zip(candidates, z_sim, z_q, scores):
         c.z_sim, c.z_q, c.score = float(zs), float(zq), float(s)
     eligible = candidates if params.q_min is None else [c for c in candidates if c.q >= params.q_min]
     if not eligible:
         return False
-    newest = -1 if params.selector in STANDARDISED else 1  # ties: the newest memory, or the paper's lowest id
 
-    def rank_key(c: Candidate) -> tuple[float, float, int]:
-        return -c.score, -c.similarity, newest * c.memory_id
+    def rank_key(c: Candidate) -> tuple[float, float, int]:  # ties: the more similar, then the newest memory
+        return -c.score, -c.similarity, -c.memory_id
 
     ranked = sorted(eligible, key=rank_key)
     k2 = min(params.k2, len(eligible))

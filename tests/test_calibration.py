@@ -1,5 +1,5 @@
 """memrl_cli.calibration alone, on both engines: the similarity statistics of z(sim) (measured,
-refreshed on growth, or fixed) and the bank-level Q statistics."""
+refreshed on growth, or fixed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from bank_parts import connect, seed, unit
 
 from memrl_cli.calibration import Calibration
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import shrunk_q_stats
 
 
 def test_statistics_are_measured_fixed_and_cleared(bank_at: Callable[[str], str]) -> None:
@@ -46,13 +45,3 @@ def test_recalibration_waits_for_growth(bank_at: Callable[[str], str]) -> None:
     with db.transaction():
         calibration.recalibrate(force=False)
     assert db.meta("sim_stats")["memories"] == 45
-
-
-def test_q_stats_follow_the_bank_and_its_cache(bank_at: Callable[[str], str]) -> None:
-    db = connect(bank_at("b"))
-    calibration = Calibration(db)
-    ids = seed(db, unit(4))
-    assert calibration.q_stats() == shrunk_q_stats(4, 0.0, 0.0)
-    with db.transaction() as conn:
-        conn.executemany("UPDATE memories SET q = ? WHERE id = ?", [(1.0, ids[0]), (-0.5, ids[1])])
-    assert calibration.q_stats() == pytest.approx(shrunk_q_stats(4, 0.125, 0.3125))

@@ -158,8 +158,8 @@ def test_phase_a_k1_larger_than_bank() -> None:
     assert got_ids.tolist() == [6, 5]
 
 
-def test_phase_a_ties_break_by_id() -> None:
-    assert phase_a(np.array([0.5, 0.5, 0.5]), np.array([9, 3, 6]), 2, 0.0)[0].tolist() == [3, 6]
+def test_phase_a_ties_go_to_the_newest_memory() -> None:
+    assert phase_a(np.array([0.5, 0.5, 0.5]), np.array([9, 3, 6]), 2, 0.0)[0].tolist() == [9, 6]
 
 
 # -- parameters and calibration ----------------------------------------------------------------

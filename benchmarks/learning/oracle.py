@@ -3,7 +3,10 @@
 An oracle selector reads the true utility of every memory (`synthetic.utility`), which no real
 method can, so it is not a `--method` and never reaches `memrl bench` or `memrl retrieve`. It
 replays the harness's stream (same tasks, order, mini-batches, memory ids and the agent's luck
-function) and, for each episode, shows up to k2 memories:
+function) and, for each episode, shows up to k2 memories. It plays against the testbed's labelled
+diagnostic judge, `luck="prompt"` (the same prompt repeats its outcome), not the per-attempt luck the
+methods are compared under (docs/learning.md, Contest 1): there `expected_ceiling(replay=False)` is the
+ceiling.
 
 * the exact prompt (memories and order) that last won this task, if there is one: the agent is
   deterministic (the same prompt repeats its outcome), so a replayed win is certain;
@@ -56,7 +59,7 @@ def run_oracle(scenario: str, method: str, seed: int, epochs: int, runs_dir: str
     config = BenchConfig(benchmark="synthetic", method="memrl", epochs=epochs, batch_size=8, k2=k2, threshold=0.3,
                          seed=seed)  # the recall parameters of benchmarks.learning.table's runs
     params = config.retrieve_params(0)
-    adapter = Synthetic(scenario=scenario, luck_seed=seed)
+    adapter = Synthetic(scenario=scenario, luck_seed=seed, luck="prompt")  # a deterministic agent: see the module doc
     tasks = adapter.tasks("train")
     accuracy: dict[int, float] = {}
     csr: dict[int, float] = {}

@@ -3,9 +3,15 @@
 Every task has a hidden kind; every memory is the trajectory of one episode and names the task
 it came from and whether that episode passed, so the true utility of every (task, memory) pair is
 known (`utility`). The agent succeeds with probability `p_good` when a useful memory is among
-those shown, `p_trap` (0) when a misleading one is, and `p0` otherwise; its luck is a seeded hash
-of the task and the memories shown, so the same prompt gives the same outcome (a deterministic
-model), and runs resume with identical metrics.
+those shown, `p_trap` (0) when a misleading one is, and `p0` otherwise. Its luck is drawn per
+attempt (`luck="attempt"`, the default): a uniform number fixed by the luck seed and the episode's
+place in the stream (the harness's episode seed), never by what is shown, so every method gets the
+same draws (common random numbers) and runs resume with identical metrics. `luck="prompt"` is the
+older diagnostic: a hash of the task and the memories shown (the same prompt always repeats its
+outcome, so only a method that reshuffles its prompt gets a new draw).
+
+The `heldout` split (the paper's transfer setting) asks every training task's kind in other words,
+so a memory useful for a training task is useful for its held-out paraphrase.
 
 Scenarios (see docs/learning.md):
 
@@ -31,7 +37,19 @@ PLACES = ["drawer", "cabinet", "shelf", "table"]
 SCENARIOS = {  # name → (p0, p_good)
     "a": (0.1, 0.9), "b": (0.1, 0.9), "c": (0.1, 0.9), "d": (0.3, 0.7), "e": (0.1, 0.9),
 }
+LUCKS = ("attempt", "prompt")
 MEMORY = re.compile(r"episode of (\S+) \(kind (\S+)\): (PASS|FAIL)")
+
+
+def _heldout(tasks: list[Task]) -> list[Task]:
+    """Each distinct training intent once more, in other words ("put the X in the Y" → "place the X into the Y"),
+    with its kind: the transfer split."""
+    seen: dict[str, Task] = {}
+    for t in tasks:
+        seen.setdefault(t.meta["kind"] + t.query, t)
+    return [Task(f"{t.id}:heldout", "please " + t.query.replace("put ", "place ").replace(" in the ", " into the ")
+                 .replace(" and ", " then ").replace(", then ", " and afterwards "), meta=dict(t.meta))
+            for t in seen.values()]
 
 
 def _tasks(scenario: str) -> list[Task]:
@@ -78,34 +96,44 @@ class Synthetic:
 
     name = "synthetic"
     train_split = "train"
-    eval_splits: tuple[str, ...] = ()
+    eval_splits: tuple[str, ...] = ("heldout",)
     uses_llm = False
     thread_safe = True  # run_episode is a pure function of its arguments
+    takes_seed = True  # the harness passes each episode's seed: luck per attempt, the same for every method
 
     def __init__(self, data: str | None = None, limit: int | None = None, scenario: str = "a",
-                 luck_seed: int = 0) -> None:
+                 luck_seed: int = 0, luck: str = "attempt") -> None:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        if luck not in LUCKS:
+            raise ValueError(f"unknown luck {luck!r}; choose one of {', '.join(LUCKS)}")
         self.scenario = scenario
         self.p0, self.p_good = SCENARIOS[scenario]
         self.luck_seed = luck_seed
+        self.luck_mode = luck
 
     def tasks(self, split: str) -> list[Task]:
-        return _tasks(self.scenario) if split == "train" else []
+        train = _tasks(self.scenario)
+        return train if split == "train" else _heldout(train) if split == "heldout" else []
 
-    def luck(self, task: Task, memories: list[dict[str, Any]]) -> float:
-        """A uniform number in [0, 1) fixed by the seed, the task and the memories shown."""
-        key = f"{self.luck_seed}/{task.id}/{','.join(str(m['id']) for m in memories)}"
+    def luck(self, task: Task, memories: list[dict[str, Any]], seed: int | None = None) -> float:
+        """A uniform number in [0, 1): per attempt, fixed by the luck seed and the episode's `seed` (its place
+        in the stream); with `luck="prompt"` (a diagnostic), by the task and the memories shown."""
+        if self.luck_mode == "attempt":
+            key = f"{self.luck_seed}/attempt/{seed}"
+        else:
+            key = f"{self.luck_seed}/{task.id}/{','.join(str(m['id']) for m in memories)}"
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") / 2.0 ** 64
 
-    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
+    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM, seed: int | None = None) -> Episode:
         utilities = [utility(self.scenario, task, m["experience"]) for m in memories]
         p = 0.0 if -1 in utilities else self.p_good if 1 in utilities else self.p0
-        ok = self.luck(task, memories) < p
+        draw = self.luck(task, memories, seed)
+        ok = draw < p
         status = "PASS" if ok else "FAIL"
         trajectory = f"episode of {task.id} (kind {task.meta['kind']}): {status}; shown {[m['id'] for m in memories]}"
         return Episode(success=ok, steps=1, trajectory=trajectory, status=status,
-                       info={"useful_shown": 1 in utilities, "trap_shown": -1 in utilities})
+                       info={"useful_shown": 1 in utilities, "trap_shown": -1 in utilities, "luck": draw})
 
     def close(self) -> None:
         pass

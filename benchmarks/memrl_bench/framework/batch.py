@@ -77,7 +77,7 @@ def commit(bank: MemoryBank, config: BenchConfig, run_id: str, batch: Batch, rec
             reward = c.success_reward if ep.success else c.failure_reward
             memory_ids = [m["id"] for m in injected] if p.used is None else p.used
             new_id = None
-            if p.experience is not None and c.method == "memp" and not ep.success:
+            if p.experience is not None and c.method == "memp" and not ep.success and memory_ids:
                 bank.revise(memory_ids[0], p.experience)  # MemP's adjustment, in place
                 new_id = memory_ids[0]
             elif p.experience is not None:
@@ -88,10 +88,11 @@ def commit(bank: MemoryBank, config: BenchConfig, run_id: str, batch: Batch, rec
                     intent=task.query, experience=p.experience, outcome="success" if ep.success else "failure",
                     task_id=task.id, source=source, q=c.initial_q(ep.success), vector=vector,
                     metadata={"run": run_id, "epoch": epoch, "status": ep.status, "steps": ep.steps,
-                              "injected": memory_ids, **ep.info})])[0].id
+                              "injected": memory_ids, **ep.info},
+                    episode=None if c.dedup else f"{run_id}/{phase}/{batch.split}/{epoch}/{batch.start + i}")])[0].id
             rows.append({"phase": phase, "split": batch.split, "epoch": epoch, "batch": batch.index,
                          "position": batch.start + i, "task_id": task.id, "success": ep.success,
-                         "reward": reward if phase == "train" and not ep.env_error else None,
+                         "reward": reward if phase == "train" and not (c.skip_env_errors and ep.env_error) else None,
                          "steps": ep.steps, "status": ep.status, "env_error": ep.env_error,
                          "retrieval_id": retrieval.id if retrieval else None, "memory_ids": memory_ids,
                          "new_memory_id": new_id, "usage": p.usage})

@@ -26,12 +26,12 @@ METHODS["self-rag"] = 0.0  # Self-RAG (benchmarks/memrl_bench/framework/self_rag
 METHODS["pass@k"] = None  # the authors' pass@k: no memory, each epoch retries only the tasks not yet solved
 UNREWARDED = {"memp", "reflexion", "self-rag"}  # memory methods that learn no utility
 MEMORYLESS = {"none", "pass@k"}
-METHODS.update({"memrl-cal": 0.5, "memrl-ucb": 0.5, "memrl-ctx": 0.5, "memrl-ctxz": 0.5, "memrl-ctxn": 0.5,
-                "memrl-ctxnz": 0.5, "memrl-ctxt": 0.5, "memrl-ctxts": 0.5})  # improved Phase-B selectors (docs/learning.md)
-SELECTORS = {"memrl-cal": "calibrated", "memrl-ucb": "ucb", "memrl-ctx": "conditioned",
-             "memrl-ctxz": "conditioned-z", "memrl-ctxn": "conditioned-n",
-             "memrl-ctxnz": "conditioned-nz", "memrl-ctxt": "conditioned-t",
-             "memrl-ctxts": "conditioned-ts"}  # method → Phase-B selector
+METHODS["memrl-conditioned"] = 0.5  # the one alternative Phase B kept (docs/method.md): its selector has its name
+SELECTORS = {"memrl-conditioned": "memrl-conditioned"}  # method → Phase-B selector (others: the paper's `memrl`)
+RECALL_SWITCHES = ("recall", "group_threshold", "pool", "member_similarity", "sim_stats")  # RetrieveParams fields
+# Every departure from the paper's rule a run can switch on, with its value off (the paper's): the retrieval
+# switches of `memrl_cli.retrieve.DEPARTURES`, plus the harness's own (docs/method.md's table lists them all).
+HARNESS_DEPARTURES = {"dedup": False, "skip_env_errors": False}
 
 
 def _at_least_1(name: str, value: Any) -> None:
@@ -62,7 +62,11 @@ class BenchConfig:
     `q_init` is one number for every new memory or `{success: X, failure: Y}` by outcome (the
     authors' HLE runner: 1.0 / 0.0). `q_min` hides candidates whose Q is below it in Phase B
     (the authors' BCB/LLB: −0.8). `sim_mean`/`sim_std` fix z(sim)'s statistics (the authors'
-    per-benchmark constants) instead of the bank's own. `embedder` names the bank's embedding
+    per-benchmark constants) instead of the candidates'. The departures from the paper's rule, each
+    off by default: `recall`, `group_threshold`, `pool`, `member_similarity`, `sim_stats` (retrieval,
+    `memrl_cli.retrieve.DEPARTURES`); `dedup` (an episode whose memory has the same intent and
+    experience as a stored one adds none); `skip_env_errors` (an episode the environment failed is
+    neither rewarded nor stored, instead of counting as a failure). `embedder` names the bank's embedding
     model (e.g. `openai:text-embedding-3-large`, the authors'). `config_file` records which
     YAML supplied the settings.
     """
@@ -88,6 +92,13 @@ class BenchConfig:
     q_min: float | None = setting(None, check=validators.finite)
     sim_mean: float | None = setting(None, check=validators.finite)
     sim_std: float | None = setting(None, check=validators.finite)
+    recall: str = "memories"
+    group_threshold: float = setting(0.9, check=validators.finite)
+    pool: int = setting(64, check=_at_least_1)
+    member_similarity: bool = False
+    sim_stats: str = "candidates"
+    dedup: bool = False
+    skip_env_errors: bool = False
     embedder: str | None = None
     seed: int = setting(0, check=validators.whole)
     data: str | None = None
@@ -123,7 +134,8 @@ class BenchConfig:
         """Retrieval parameters for one episode (ε-greedy seeded per episode)."""
         return RetrieveParams(k1=self.k1, k2=self.k2, lam=float(self.lam or 0.0), threshold=self.threshold,
                               epsilon=self.epsilon, seed=seed, sim_mean=self.sim_mean, sim_std=self.sim_std,
-                              q_min=self.q_min, selector=SELECTORS.get(self.method, "memrl"))
+                              q_min=self.q_min, selector=SELECTORS.get(self.method, "memrl"),
+                              **{name: getattr(self, name) for name in RECALL_SWITCHES})
 
     def initial_q(self, success: bool) -> float:
         """Q of a new memory from an episode with this outcome."""

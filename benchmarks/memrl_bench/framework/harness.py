@@ -41,7 +41,7 @@ from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings
 from memrl_bench.framework.pool import Workers, episode_groups, open_pool
 from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.reports import plot_learning_curves
-from memrl_bench.framework.sampling import stratified_sample
+from memrl_bench.framework.sampling import episode_seed, stratified_sample
 from memrl_bench.framework.worker import Played, can_prepare, load_ahead, play_group, uses_llm
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank
@@ -104,8 +104,10 @@ class Run:
         recalled = recall(self.bank, self.config, batch, learn)
         memories = recalled.memories
         played: list[Played | None] = [None] * len(tasks)
+        seeds = [episode_seed(self.config.seed, batch.phase, batch.split, batch.epoch, batch.start + i)
+                 for i in range(len(tasks))]  # the adapter's draws (`takes_seed`): the same for every method
         calls = {pool.submit(g, play_group, dealt[g], [memories[i] for i in positions], learn, self.config.method,
-                             threads, ahead[g]): positions
+                             threads, ahead[g], self.config.skip_env_errors, [seeds[i] for i in positions]): positions
                  for g, (positions, threads) in enumerate(groups)}
         for call in as_completed(calls):  # results land in stream order whatever order they finish in
             for i, result in zip(calls[call], call.result()):

@@ -82,6 +82,9 @@ class Benchmark(Protocol):
     # episodes in play; ALFWorld loads and resets the game), never raising: an environment that fails to start is
     # left to `run_episode`, which reports it. Only `run_episode` takes what `prepare` started, so a
     # `SingleGeneration` adapter should not define it.
+    # An adapter that sets `takes_seed = True` gets `run_episode(task, memories, llm, seed=S)`: S is a function
+    # of the run's seed and the episode's place in the stream (phase, split, epoch, position) only, the same for
+    # every method, so a stochastic testbed draws its luck per attempt with common random numbers.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from memrl_bench.framework import registry
-from memrl_bench.framework.config import BenchConfig, check_method
+from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, BenchConfig, check_method
 from memrl_bench.framework.harness import run_benchmark
 from memrl_bench.framework.reports import epoch_line, progress_printer, write_comparison
 from memrl_bench.framework.signals import interrupt_on_termination
@@ -33,6 +33,7 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
 BENCH_FIELDS = settings.names(BenchConfig) - {"benchmark", "method", "config_file"}
+SWITCHES = set(RECALL_SWITCHES) | set(HARNESS_DEPARTURES)  # the departures from the paper a run can switch on
 
 
 def configs_dir() -> Path:
@@ -201,6 +202,8 @@ def run_from_cli(flags: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[
         given["eval_splits"] = [] if given["eval_splits"] == "none" else given["eval_splits"].split(",")
     given["temperature"] = parse_temperature(given["temperature"])
     bench_flags = {key: given.pop(key) for key in BENCH_FIELDS & set(given)}
+    for key in SWITCHES & set(options):  # `--option recall=groups`: a departure switch is the run's setting
+        bench_flags[key] = options.pop(key)
     llm_flags = {key: given.pop(key) for key in settings.names(LLMSettings) & set(given)}
     show_progress = not given.pop("as_json")
     summaries = bench(given.pop("name"), given.pop("method"), bench_flags, options, llm_flags=llm_flags,

@@ -139,8 +139,9 @@ class _EpisodeLLM:
 
 
 def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = "memrl",
-         cancel: threading.Event | None = None) -> Played:
-    """One episode of `task` with `memories`, and (when `learn`) the memory text it leaves."""
+         cancel: threading.Event | None = None, skip_env_errors: bool = False, seed: int | None = None) -> Played:
+    """One episode of `task` with `memories`, and (when `learn`) the memory text it leaves (none for an
+    episode the environment failed, with `skip_env_errors`)."""
     loading = _LOADING.get(task.id)
     if loading is not None:  # its environment is loaded, or being loaded, ahead: the episode starts from it
         wait_for([loading])  # (an adapter's prepare failing, against the protocol, leaves the start to run_episode)
@@ -155,29 +156,33 @@ def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = 
     if method == "self-rag":
         episode, used = self_rag.play(_ADAPTER, task, memories, llm)  # type: ignore[arg-type]
     else:
-        episode = _ADAPTER.run_episode(task, memories, llm)
+        episode = _ADAPTER.run_episode(task, memories, llm, seed=seed) if takes_seed(_ADAPTER) \
+            else _ADAPTER.run_episode(task, memories, llm)
     experience = None
-    if learn and not episode.env_error:
+    if learn and not (skip_env_errors and episode.env_error):
         experience = _experience(llm, method, task, memories, episode) if uses_llm(_ADAPTER) \
             else f"TRAJECTORY:\n{episode.trajectory}"  # an LLM-free adapter's trajectory is its memory
     return Played(episode, experience, llm.take_usage(), used)
 
 
 def play_group(tasks: list[Task], memories: list[list[dict[str, Any]]], learn: bool, method: str,
-               threads: int, upcoming: list[Task] | None = None) -> list[Played]:
+               threads: int, upcoming: list[Task] | None = None, skip_env_errors: bool = False,
+               seeds: list[int] | None = None) -> list[Played]:
+    seeds = seeds or [None] * len(tasks)  # type: ignore[list-item]
     """Play episodes in this worker, `threads` at a time (in order); the first failure cancels the others.
     `upcoming`: the tasks this worker will play next, whose environments it loads once the group's own are."""
     load_ahead(tasks, upcoming or [])
     if threads <= 1:
         try:
-            return [play(t, m, learn, method) for t, m in zip(tasks, memories)]
+            return [play(t, m, learn, method, None, skip_env_errors, s) for t, m, s in zip(tasks, memories, seeds)]
         except BaseException:
             stop_loading()  # the run is stopping: nothing more to load
             raise
     cancel = threading.Event()
     pool = ThreadPoolExecutor(threads, thread_name_prefix="episode")
     try:
-        futures = [pool.submit(play, t, m, learn, method, cancel) for t, m in zip(tasks, memories)]
+        futures = [pool.submit(play, t, m, learn, method, cancel, skip_env_errors, s)
+                   for t, m, s in zip(tasks, memories, seeds)]
         wait_for(futures, return_when=FIRST_EXCEPTION)
         if any(f.done() and f.exception() is not None for f in futures):
             cancel.set()
@@ -204,6 +209,12 @@ def _experience(llm: LLM, method: str, task: Task, memories: list[dict[str, Any]
     if method == "reflexion" and episode.success:  # Reflexion reflects on failed trials only
         return None
     return distil(llm, task.query, episode.trajectory, episode.success)
+
+
+def takes_seed(adapter: Any) -> bool:
+    """True for an adapter declaring `takes_seed = True`: its `run_episode` gets the episode's `seed`, a
+    function of the run's seed and the episode's place in the stream only (the same for every method)."""
+    return bool(getattr(adapter, "takes_seed", False))
 
 
 def uses_llm(adapter: Any) -> bool:

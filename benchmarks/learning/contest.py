@@ -1,0 +1,228 @@
+"""A declared contest of methods × seeds on the synthetic testbed, judged by rules fixed before it runs.
+
+    python -m benchmarks.learning.contest benchmarks/learning/contests/contest1.yaml [--seeds 30000-30001]
+        [--out DIR] [--save results.json] [--plot curves.png] [--jobs 2]
+
+The declaration (YAML) fixes everything that decides the verdict before any run: the testbed's
+scenarios and settings, the methods, the fresh seeds, the endpoints, the interval's confidence and
+the decision rules with their margins. The runner plays every (scenario, method, seed) through the real
+harness (`run_benchmark`: the same retrieval, tie rule, rewards, receipts and resume as `memrl bench`)
+with luck drawn per attempt (the same draws for every method), evaluates the held-out split before
+training and after the last epoch (the paper's transfer setting), then prints per epoch each method's
+mean accuracy ± its 95% interval over seeds, the paired differences of the declared comparisons with
+their intervals, the held-out accuracies, and the verdicts the declared rules give; `--plot` draws the
+learning curves with their bands in one PNG. `--seeds` overrides the declared seeds (for a smoke run; a
+result is the declaration's only with its own seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from statistics import mean, stdev
+from typing import Any
+
+import yaml
+
+from benchmarks.learning.table import NO_LLM, parse_seeds
+from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.harness import run_benchmark
+
+ADAPTER = "benchmarks.learning.synthetic:Synthetic"
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 24: 2.064, 29: 2.045, 39: 2.023, 59: 2.001}  # Student's t, two-sided 95%, by degrees of freedom
+
+
+def t_quantile(df: int, confidence: float = 0.95) -> float:
+    """Student's t quantile for a two-sided interval (scipy when installed, else the table above at 95%)."""
+    try:
+        from scipy.stats import t  # type: ignore[import-untyped]
+
+        return float(t.ppf(1 - (1 - confidence) / 2, df))
+    except ImportError:
+        if confidence != 0.95:
+            raise SystemExit("an interval other than 95% needs scipy (pip install scipy)")
+        return T_975.get(df) or T_975[max(k for k in T_975 if k <= df)]
+
+
+def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean and its two-sided t interval over `values` (seeds)."""
+    m = mean(values)
+    if len(values) < 2:
+        return {"mean": m, "low": m, "high": m, "n": len(values)}
+    half = t_quantile(len(values) - 1, confidence) * stdev(values) / math.sqrt(len(values))
+    return {"mean": m, "low": m - half, "high": m + half, "n": len(values)}
+
+
+def run_one(scenario: str, method: str, seed: int, testbed: dict[str, Any], runs_dir: str) -> dict[str, Any]:
+    """One run through the harness: training accuracy per epoch and held-out accuracy before and after."""
+    config = BenchConfig(benchmark=ADAPTER, method=method, epochs=testbed["epochs"], batch_size=testbed["batch_size"],
+                         k1=testbed["k1"], k2=testbed["k2"], threshold=testbed["threshold"], seed=seed,
+                         eval_splits=["heldout"], eval_every=testbed["epochs"],
+                         options={"scenario": scenario, "luck_seed": seed, "luck": "attempt"})
+    summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0)
+    heldout = summary["eval_accuracy"].get("heldout", {})
+    return {"scenario": scenario, "method": method, "seed": seed,
+            "accuracy": [summary["accuracy"][e] for e in range(1, testbed["epochs"] + 1)],
+            "csr": summary["csr"][testbed["epochs"]],
+            "heldout_before": heldout.get(0), "heldout_after": heldout.get(testbed["epochs"])}
+
+
+def _run_job(job: tuple[str, str, int, dict[str, Any], str]) -> dict[str, Any]:
+    return run_one(*job)
+
+
+def run_all(declaration: dict[str, Any], seeds: list[int], runs_dir: str, jobs: int = 1) -> list[dict[str, Any]]:
+    """Every (scenario, method, seed) of the declaration; the raw results, one row per run."""
+    work = [(s, m, seed, declaration["testbed"], runs_dir) for s in declaration["scenarios"]
+            for m in declaration["methods"] for seed in seeds]
+    if jobs <= 1:
+        return [_run_job(w) for w in work]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_run_job, work))
+
+
+def per_seed(results: list[dict[str, Any]], method: str, endpoint: str, scenarios: list[str]) -> dict[int, float]:
+    """A method's value of `endpoint` per seed, averaged over `scenarios` (last_epoch, heldout, csr)."""
+    key = {"last_epoch": lambda r: r["accuracy"][-1], "heldout": lambda r: r["heldout_after"],
+           "csr": lambda r: r["csr"]}[endpoint]
+    by_seed: dict[int, list[float]] = {}
+    for r in results:
+        if r["method"] == method and r["scenario"] in scenarios:
+            by_seed.setdefault(r["seed"], []).append(key(r))
+    return {seed: mean(v) for seed, v in by_seed.items()}
+
+
+def paired(results: list[dict[str, Any]], a: str, b: str, endpoint: str, scenarios: list[str],
+           confidence: float) -> dict[str, float]:
+    """The interval of a − b over seeds, each seed's values averaged over `scenarios`."""
+    va, vb = per_seed(results, a, endpoint, scenarios), per_seed(results, b, endpoint, scenarios)
+    return interval([va[s] - vb[s] for s in sorted(va) if s in vb], confidence)
+
+
+def verdict(rule: dict[str, Any], results: list[dict[str, Any]], scenarios: list[str]) -> dict[str, Any]:
+    """A declared rule applied: `better` (every comparison's interval above `margin`), `level` (every one
+    inside ±`equivalence`), else what the intervals say."""
+    confidence = rule.get("confidence", 0.95)
+    comparisons = {f"{a} - {b}": paired(results, a, b, rule["endpoint"], scenarios, confidence)
+                   for a, b in rule["comparisons"]}
+    margin, equivalence = rule.get("margin", 0.0), rule.get("equivalence")
+    if all(c["low"] > margin for c in comparisons.values()):
+        outcome = "holds"
+    elif equivalence is not None and all(-equivalence < c["low"] and c["high"] < equivalence
+                                         for c in comparisons.values()):
+        outcome = "level"
+    elif any(c["high"] < 0 for c in comparisons.values()):
+        outcome = "reversed"
+    else:
+        outcome = "not shown"
+    return {"name": rule["name"], "claim": rule["claim"], "outcome": outcome, "comparisons": comparisons}
+
+
+def report(declaration: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per scenario and method: accuracy per epoch and held-out accuracy with intervals; the declared verdicts."""
+    scenarios, methods = declaration["scenarios"], declaration["methods"]
+    table: dict[str, Any] = {}
+    for scenario in scenarios:
+        for method in methods:
+            rows = [r for r in results if r["scenario"] == scenario and r["method"] == method]
+            table[f"{scenario}/{method}"] = {
+                "accuracy": [interval([r["accuracy"][e] for r in rows]) for e in range(declaration["testbed"]["epochs"])],
+                "heldout_before": interval([r["heldout_before"] for r in rows]),
+                "heldout_after": interval([r["heldout_after"] for r in rows]),
+                "csr": interval([r["csr"] for r in rows])}
+    overall = {m: {e: interval(list(per_seed(results, m, e, scenarios).values())) for e in ("last_epoch", "heldout")}
+               for m in methods}
+    differences = {f"{a} - {b}": {s: paired(results, a, b, "last_epoch", [s], 0.95) for s in scenarios}
+                   for a, b in declaration.get("report_pairs", [])}
+    return {"table": table, "overall": overall, "differences": differences,
+            "verdicts": [verdict(rule, results, scenarios) for rule in declaration["rules"]]}
+
+
+def plot(declaration: dict[str, Any], summary: dict[str, Any], path: str) -> None:
+    """Learning curves with their 95% bands, one panel per scenario, in one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    scenarios = declaration["scenarios"]
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(3.2 * len(scenarios), 3.2), sharey=True)
+    for ax, scenario in zip(axes if len(scenarios) > 1 else [axes], scenarios):
+        for method in declaration["methods"]:
+            cells = summary["table"][f"{scenario}/{method}"]["accuracy"]
+            epochs = range(1, len(cells) + 1)
+            ax.plot(epochs, [c["mean"] for c in cells], label=method)
+            ax.fill_between(epochs, [c["low"] for c in cells], [c["high"] for c in cells], alpha=0.2)
+        ax.set_title(f"scenario {scenario}")
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    (axes[0] if len(scenarios) > 1 else axes).set_ylabel("training accuracy (mean, 95% band)")
+    (axes[-1] if len(scenarios) > 1 else axes).legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _fmt(c: dict[str, float]) -> str:
+    return f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+
+def print_report(declaration: dict[str, Any], summary: dict[str, Any], seeds: list[int]) -> None:
+    """The tables in Markdown."""
+    methods, epochs = declaration["methods"], declaration["testbed"]["epochs"]
+    print(f"{declaration['name']}: {len(seeds)} seeds {seeds[0]}-{seeds[-1]}, mean [95% interval] over seeds\n")
+    print("| scenario | method | " + " | ".join(f"epoch {e}" for e in range(1, epochs + 1))
+          + " | held-out before | held-out after |")
+    print("|---|---|" + "---|" * (epochs + 2))
+    for key, cell in summary["table"].items():
+        scenario, method = key.split("/")
+        print(f"| {scenario} | {method} | " + " | ".join(f"{c['mean']:.3f} ±{c['high'] - c['mean']:.3f}"
+                                                        for c in cell["accuracy"])
+              + f" | {cell['heldout_before']['mean']:.3f} | {cell['heldout_after']['mean']:.3f} |")
+    print("\nmean over the scenarios, per seed, then over seeds:\n")
+    print("| method | last-epoch accuracy | held-out accuracy after training |\n|---|---|---|")
+    for m in methods:
+        o = summary["overall"][m]
+        print(f"| {m} | {_fmt(o['last_epoch'])} | {_fmt(o['heldout'])} |")
+    for pair, by_scenario in summary["differences"].items():
+        print(f"\nlast-epoch accuracy, paired {pair}: " + ", ".join(f"{s} {_fmt(c)}" for s, c in by_scenario.items()))
+    print("\nverdicts (declared rules):")
+    for v in summary["verdicts"]:
+        comps = "; ".join(f"{k} {_fmt(c)}" for k, c in v["comparisons"].items())
+        print(f"- {v['name']}: {v['outcome'].upper()} ({v['claim']}; {comps})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("declaration", help="The contest's declaration (YAML).")
+    parser.add_argument("--seeds", default=None, help="Override the declared seeds (a smoke run), e.g. 0-1.")
+    parser.add_argument("--out", default=None, help="Keep the runs here (default: a temporary directory).")
+    parser.add_argument("--save", default=None, help="Write the raw results and the report as JSON here.")
+    parser.add_argument("--plot", default=None, help="Draw the learning curves with their bands here (PNG).")
+    parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel processes [1].")
+    parser.add_argument("--results", default=None, help="Report saved results (a --save file) instead of running.")
+    args = parser.parse_args()
+    declaration = yaml.safe_load(Path(args.declaration).read_text())
+    seeds = parse_seeds(args.seeds or declaration["seeds"])
+    if args.results:
+        results = json.loads(Path(args.results).read_text())["results"]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = run_all(declaration, seeds, args.out or tmp, args.jobs)
+    summary = report(declaration, results)
+    if args.save:
+        Path(args.save).write_text(json.dumps({"declaration": declaration, "seeds": seeds, "results": results,
+                                               "report": summary}, indent=1))
+    if args.plot:
+        plot(declaration, summary, args.plot)
+    print_report(declaration, summary, seeds)
+
+
+if __name__ == "__main__":
+    main()
