@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Optional
@@ -613,12 +614,37 @@ def bench(
 
 @app.command()
 def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/, with config.json)."),
+           q: bool = typer.Option(False, "--q", help="The paper's utility analysis instead: success rate by Q bin "
+                                                     "and Spearman's ρ of Q with success, per epoch; writes "
+                                                     "utility.json and utility.png into the run directory."),
            as_json: bool = JSON) -> None:
     """Where learning stalls: per epoch, how often a memory that proved useful existed, was recalled, was selected."""
     with command(as_json):
-        from memrl_cli.report import learning_report
+        from memrl_cli import report as reports
 
-        emit(learning_report(run_dir), as_json, _render_report)
+        if not q:
+            emit(reports.learning_report(run_dir), as_json, _render_report)
+            return
+        analysis = reports.utility_report(run_dir)
+        (Path(run_dir) / "utility.json").write_text(json.dumps(analysis, indent=1))
+        try:
+            reports.plot_utility(analysis, Path(run_dir) / "utility.png")
+        except ImportError:
+            print("memrl: note: no utility.png (matplotlib missing: pip install 'memrl[plots]')", file=sys.stderr)
+        emit(analysis, as_json, _render_utility)
+
+
+def _render_utility(d: dict[str, Any]) -> None:
+    def rho(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:+.3f}"
+
+    print(f"run {d['run_id']} ({d['benchmark']}, {d['method']}): does a selected memory's Q predict success? "
+          f"Spearman ρ overall {rho(d['overall']['spearman'])} over {d['overall']['selections']} selections")
+    rows = [{"epoch": e["epoch"], "selections": e["selections"], "spearman": rho(e["spearman"]),
+             **{f"Q [{b['low']:+.1f},{b['high']:+.1f})": "-" if b["success_rate"] is None
+                else f"{b['success_rate']:.2f} ({b['selections']})" for b in e["bins"]}} for e in d["epochs"]]
+    if rows:
+        table(rows, list(rows[0]), "success rate of the episodes, by the Q of the memory selected for them (count)")
 
 
 def _render_report(d: dict[str, Any]) -> None:

@@ -12,11 +12,17 @@ the memories that proved useful for its task anywhere in the run:
 Counted per epoch, the three figures show where learning stalls: a useful memory that exists
 but is not recalled points at Phase A (e.g. a frozen candidate set), one recalled but not
 selected at Phase B's scoring.
+
+`utility_report` is the paper's utility analysis: does a memory's learned Q predict success?
+For every memory selected for a training episode, its Q when it was retrieved (from the receipt)
+is paired with the episode's outcome; per epoch and over the run, the empirical success rate by
+Q bin and Spearman's rank correlation between Q and success.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +93,89 @@ def training_receipts(bank: MemoryBank, run_id: str) -> dict[int, dict[str, Any]
             if selected_rank is not None:
                 receipt["selected"].add(memory_id)
     return receipts
+
+
+Q_BINS = (-1.0, -0.5, -0.1, 0.1, 0.5, 1.0)  # edges: strongly negative, negative, about 0, positive, strongly positive
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (None when either side is constant or there are fewer than 3 pairs)."""
+    if len(xs) < 3:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return None if sxx == 0 or syy == 0 else sxy / math.sqrt(sxx * syy)
+
+
+def _bins(pairs: list[tuple[float, bool]]) -> list[dict[str, Any]]:
+    """Success rate of the episodes whose selected memory had Q in each bin of Q_BINS (Q outside: the end bins)."""
+    edges = Q_BINS
+    rows = [{"low": lo, "high": hi, "selections": 0, "successes": 0} for lo, hi in zip(edges, edges[1:])]
+    for q, ok in pairs:
+        i = next((k for k, hi in enumerate(edges[1:-1]) if q < hi), len(rows) - 1)
+        rows[i]["selections"] += 1
+        rows[i]["successes"] += int(ok)
+    for row in rows:
+        row["success_rate"] = row["successes"] / row["selections"] if row["selections"] else None
+    return rows
+
+
+def utility_report(run_dir: str | Path) -> dict[str, Any]:
+    """The paper's utility analysis of a run (see the module docstring): per epoch and overall, the success rate
+    by Q bin of the selected memories and Spearman's correlation of their Q with the episode's success."""
+    run_id, location = run_location(run_dir)
+    with MemoryBank(location, create=False) as bank:
+        run = runs.get_run(bank, run_id)
+        rows = bank.store.selected_q(run_id)
+    by_epoch: dict[int, list[tuple[float, bool]]] = {}
+    for epoch, ok, q in rows:
+        by_epoch.setdefault(epoch, []).append((q, ok))
+
+    def analyse(pairs: list[tuple[float, bool]]) -> dict[str, Any]:
+        return {"selections": len(pairs), "spearman": spearman([q for q, _ in pairs], [float(ok) for _, ok in pairs]),
+                "bins": _bins(pairs)}
+
+    return {"run_id": run_id, "benchmark": run["benchmark"], "method": run["method"],
+            "epochs": [{"epoch": e, **analyse(p)} for e, p in sorted(by_epoch.items())],
+            "overall": analyse([pair for p in by_epoch.values() for pair in p])}
+
+
+def plot_utility(report: dict[str, Any], path: str | Path) -> None:
+    """Success rate by Q bin, one line per epoch (the paper's utility figure), as a PNG (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for row in report["epochs"]:
+        points = [((b["low"] + b["high"]) / 2, b["success_rate"]) for b in row["bins"] if b["success_rate"] is not None]
+        if points:
+            rho = row["spearman"]
+            label = f"epoch {row['epoch']}" + (f" (ρ {rho:+.2f})" if rho is not None else "")
+            ax.plot(*zip(*points), marker="o", label=label)
+    ax.set_xlabel("Q of the selected memory when retrieved (bin centre)")
+    ax.set_ylabel("episode success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{report['benchmark']} / {report['method']}: utility vs success")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -56,7 +56,6 @@ CONDITION_TAU = 0.02  # query-similarity kernel width of `memrl-conditioned`
 CONDITION_PRIOR = 1.0  # pseudo-observations behind its prior
 SAME_INTENT = 0.99  # a query this close to a memory's intent is the memory's own task
 Q_SCALE = 0.5  # `memrl-conditioned`: a utility is divided by this (a prior std of Q for rewards ±1)
-LEGACY_SELECTORS = {"conditioned-t": "memrl-conditioned"}  # receipts written before the rename
 # The departures from the paper's rule: each a RetrieveParams field, off (the paper's value) by default.
 DEPARTURES = {"recall": "memories", "member_similarity": False, "sim_stats": "candidates",
               "selector": "memrl"}
@@ -88,7 +87,6 @@ class RetrieveParams:
         if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
             raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
         object.__setattr__(self, "sources", tuple(sources))
-        object.__setattr__(self, "selector", LEGACY_SELECTORS.get(self.selector, self.selector))
         for name, value, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
                                      ("selector", self.selector, SELECTORS)):
             if value not in choices:
@@ -113,18 +111,6 @@ class RetrieveParams:
             raise MemrlError(f"sim_mean must be finite and sim_std finite and > 0, got {self.sim_mean}, {self.sim_std}")
         if self.q_min is not None and not is_finite(self.q_min):
             raise MemrlError(f"q_min must be a finite number or unset, got {self.q_min!r}")
-
-    @classmethod
-    def from_receipt(cls, params: dict[str, Any]) -> "RetrieveParams":
-        """The parameters a receipt recorded, read by this version (older receipts: the defaults they ran with)."""
-        params = dict(params)
-        params.setdefault("recall", "groups")  # receipts before the recall field (and before 2026-11-26) grouped
-        params.setdefault("member_similarity", params["recall"] == "groups")
-        params.setdefault("sim_stats", "bank")
-        if params.get("selector") not in (*SELECTORS, *LEGACY_SELECTORS):
-            params["selector"] = "memrl"  # a retired experimental selector: replayed as the paper's rule
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in params.items() if k in known})
 
     def departures(self) -> dict[str, Any]:
         """The switches of `DEPARTURES` that this call turns on, with their values."""

@@ -66,6 +66,13 @@ class RunRecords:
             "LEFT JOIN retrieval_candidates c ON c.retrieval_id = r.id "
             "WHERE e.run_id = ? AND e.phase = 'train'", (run_id,))]
 
+    def selected_q(self, run_id: str) -> list[tuple[int, bool, float]]:
+        """(epoch, the episode's success, the memory's Q when it was retrieved) for every memory selected for
+        one of a run's training episodes (the receipts record each candidate's Q at retrieval time)."""
+        return [(int(r[0]), bool(r[1]), float(r[2])) for r in self.conn.execute(
+            "SELECT e.epoch, e.success, c.q FROM episodes e JOIN retrieval_candidates c ON c.retrieval_id = e.retrieval_id "
+            "WHERE e.run_id = ? AND e.phase = 'train' AND c.selected_rank IS NOT NULL ORDER BY e.epoch", (run_id,))]
+
     def training_episodes(self, run_id: str) -> list[tuple[str, int, int, int | None, int | None]]:
         """(task id, epoch, batch, retrieval id, new memory id) of a run's training episodes."""
         return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]

@@ -588,6 +588,27 @@ def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchm
         assert actions != own and all(a.startswith("go to ") for a in actions), experience
 
 
+def test_scripted_agent_draws_its_luck_per_attempt(bench: AlfworldBenchmark) -> None:
+    """The scripted agent's luck depends on the game and its attempt number, never on the memories shown: at the
+    same attempt two different memory blocks get the same draw (the same tour of receptacles), a later attempt
+    another one, and a new run (`start_run`) starts the attempts again."""
+    from benchmarks.learning.alfworld_scripted import scripted_agent
+
+    task = bench.tasks("valid_unseen")[0]
+    agent = scripted_agent([task], p0=0.0, seed=5)
+
+    def first_reply(memories: list[dict]) -> str:
+        return agent({"messages": bench.build_messages(task.query, task.meta["task_type"], memories)})
+
+    unrelated = [{"intent": "another task", "experience": "SCRIPT:\nnothing useful", "outcome": "success"}]
+    attempts = [first_reply([]) for _ in range(6)]
+    agent.start_run()
+    assert first_reply(unrelated) == attempts[0]  # attempt 1 of a new run, other memories: the same draw
+    assert len(set(attempts)) > 1  # later attempts draw again
+    agent.start_run({task.query: 2})  # a resumed run that already played two attempts
+    assert first_reply([]) == attempts[2]
+
+
 def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_path: Path) -> None:
     """Real games through run_benchmark with memrl: epoch 1 (empty bank) is exactly the no-memory agent's
     prompt, so its outcome is what `none` scores in every epoch. The game won by luck in epoch 1 is won again

@@ -83,7 +83,7 @@ def test_stdio_session_changes_the_bank_as_the_cli_does(bank_at: Callable[[str],
 
 
 def test_the_retrieve_tool_selects_with_the_chosen_selector(tmp_path: Any) -> None:
-    """`memrl mcp --selector conditioned-t` (the recommended method): its receipts record that selector;
+    """`memrl mcp --selector memrl-conditioned`: its receipts record that selector;
     an unknown selector is one error line before serving, and nothing is written."""
     db = str(tmp_path / "bank.db")
     seed(db)
@@ -92,7 +92,7 @@ def test_the_retrieve_tool_selects_with_the_chosen_selector(tmp_path: Any) -> No
     assert learned_state(db) == before
 
     async def run() -> dict[str, Any]:
-        async with stdio_client(stdio(db, "--selector", "conditioned-t")) as (read, write), \
+        async with stdio_client(stdio(db, "--selector", "memrl-conditioned")) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
             return await call(session, "retrieve", query="warm up an egg", k2=1)
@@ -101,7 +101,7 @@ def test_the_retrieve_tool_selects_with_the_chosen_selector(tmp_path: Any) -> No
     with MemoryBank(db, create=False) as bank:
         params = json.loads(bank.conn.execute("SELECT params FROM retrievals WHERE id = ?",
                                               (hit["retrieval_id"],)).fetchone()[0])
-    assert params["selector"] == "conditioned-t"
+    assert params["selector"] == "memrl-conditioned"
 
 
 def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:

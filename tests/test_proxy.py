@@ -108,7 +108,7 @@ def test_the_documented_agent_loop_learns(tmp_path: Path, upstream: Any) -> None
 
 
 def test_the_proxy_selects_with_the_chosen_selector(tmp_path: Path, upstream: Any) -> None:
-    """`--selector conditioned-t` (the recommended method) is the one its receipts record; an unknown
+    """`--selector memrl-conditioned` is the one its receipts record; an unknown
     selector is one error line before the server starts, and nothing is written."""
     db = str(tmp_path / "bank.db")
     seed(db)
@@ -117,11 +117,11 @@ def test_the_proxy_selects_with_the_chosen_selector(tmp_path: Path, upstream: An
                         ok=False)
     assert "selector must be one of" in error_line(refused)
     assert learned_state(db) == before
-    with proxy(db, upstream.base_url, "--selector", "conditioned-t") as url:
+    with proxy(db, upstream.base_url, "--selector", "memrl-conditioned") as url:
         client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": TASK}])
     with MemoryBank(db, create=False) as bank:
         params = [json.loads(p) for (p,) in bank.conn.execute("SELECT params FROM retrievals")]
-    assert [p["selector"] for p in params] == ["conditioned-t"]
+    assert [p["selector"] for p in params] == ["memrl-conditioned"]
 
 
 def test_bad_input_writes_nothing(tmp_path: Path, upstream: Any) -> None:

@@ -94,3 +94,31 @@ def test_report_command_json_table_and_bad_input(server, tmp_path):
     missing = subprocess.run(cli + [str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode != 0 and missing.stdout == ""
     assert missing.stderr.strip() == f"memrl: error: {tmp_path / 'nope'} is not a run directory (no readable config.json)"
+
+
+def test_utility_report_of_a_real_run(tmp_path):
+    """`memrl report RUN --q` on a real testbed run (memrl, scenario a: a memory is useful exactly for its own task):
+    the success rate by Q bin and Spearman's ρ per epoch, printed, in utility.json and drawn in utility.png. Q learned
+    from rewards predicts success there, so ρ is positive over the run."""
+    from benchmarks.learning.table import ADAPTER, NO_LLM
+    from memrl_cli.report import spearman
+
+    config = BenchConfig(benchmark=ADAPTER, method="memrl", epochs=4, batch_size=8, threshold=0.3, seed=1,
+                         options={"scenario": "a"})
+    summary = run_benchmark(config, NO_LLM, runs_dir=str(tmp_path), workers=0)
+    run_dir = tmp_path / summary["run_id"]
+    env = {"PYTHONPATH": f"{Path(__file__).parent}:{Path(__file__).parents[1]}"}
+    done = subprocess.run([sys.executable, "-m", "memrl_cli", "report", str(run_dir), "--q", "--json"],
+                          capture_output=True, text=True, env=env | {"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    analysis = json.loads(done.stdout)
+    assert [e["epoch"] for e in analysis["epochs"]] == [1, 2, 3, 4]
+    assert analysis["overall"]["selections"] == sum(b["selections"] for b in analysis["overall"]["bins"]) > 0
+    assert analysis["overall"]["spearman"] > 0.2
+    assert json.loads((run_dir / "utility.json").read_text()) == analysis
+    assert (run_dir / "utility.png").read_bytes()[:4] == b"\x89PNG"
+    human = subprocess.run([sys.executable, "-m", "memrl_cli", "report", str(run_dir), "--q"],
+                           capture_output=True, text=True, env=env | {"PATH": "/usr/bin:/bin"})
+    assert human.returncode == 0 and "Spearman" in human.stdout and "epoch" in human.stdout
+    assert spearman([1, 2, 3, 4], [0, 0, 1, 1]) == pytest.approx(0.8944, abs=1e-3)
+    assert spearman([1, 1, 1], [0, 1, 0]) is None

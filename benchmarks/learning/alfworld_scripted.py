@@ -1,8 +1,9 @@
 """A scripted ALFWorld agent whose success depends on the memories it is shown (real games, real harness).
 
 The agent plays a game's gold walkthrough only when a memory in its prompt carries that game's
-own actions, or by luck (probability `p0`, drawn from a hash of the seed, the task and the memory
-block, so the same prompt always gets the same outcome and runs resume to the same metrics).
+own actions, or by luck (probability `p0`), drawn per attempt: from a hash of the seed, the game and
+how many times this run played it before, never from the memories shown, so every method gets the
+same draws (common random numbers), and a resumed run counts the attempts it already played.
 Otherwise it tours the room's receptacles with `go to`, which never wins. The memories are the
 harness's own distillation: the agent answers the script request of a successful episode with
 the actions it played ("Actions: a | b | c"), a failed one's reflection request without them.
@@ -23,6 +24,7 @@ import json
 import random
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -104,11 +106,31 @@ def _draw(seed: int, *parts: str) -> float:
     return int.from_bytes(digest[:8], "little") / 2**64
 
 
-def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Callable[[dict[str, Any]], str]:
+class ScriptedAgent:
+    """A chat responder for `ScriptedChatServer` (see `scripted_agent`), with its per-game attempt counts."""
+
+    def __init__(self, respond: Callable[[dict[str, Any]], str], attempts: dict[str, int]) -> None:
+        self.respond = respond
+        self.attempts = attempts  # task text → episodes of that game started in this run
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        return self.respond(request)
+
+    def start_run(self, played: dict[str, int] | None = None) -> None:
+        """A new run (another method, or a resumed one that already played `played` episodes per task text)."""
+        self.attempts.clear()
+        self.attempts.update(played or {})
+
+
+def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> ScriptedAgent:
     """A chat responder for `ScriptedChatServer`: the agent's turns and the harness's distillation requests.
 
     The tasks' intents must be distinct: the agent knows which game it plays from the task text only.
+    Its luck is drawn per attempt (the game's attempt number in the run); call `start_run` between runs.
     """
+    attempts: dict[str, int] = {}
+    current: dict[str, float] = {}  # task text → the draw of its episode in play
+    lock = threading.Lock()
     plans = {t.query: load_walkthrough(t.payload) for t in tasks}
     if len(plans) != len(tasks):
         raise MemrlError("the scripted agent needs tasks with distinct intents")
@@ -127,8 +149,12 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Callabl
         start = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"].startswith(TURN_PREFIX))
         task_text = messages[start]["content"][len(TURN_PREFIX):]
         shown = "\n".join(m["content"] for m in messages[:start] if m["role"] == "system" and MEMORY_INTRO in m["content"])
-        draw = _draw(seed, task_text, shown)
         done = sum(1 for m in messages[start + 1:] if m["role"] == "assistant")
+        with lock:
+            if done == 0 or task_text not in current:  # an episode's first turn: its attempt's draw
+                attempts[task_text] = attempts.get(task_text, 0) + 1
+                current[task_text] = _draw(seed, task_text, str(attempts[task_text]))
+            draw = current[task_text]
         plan = plans[task_text]
         if keys[task_text] in shown.splitlines() or draw < p0:
             thought = FOLLOW_THOUGHTS[int(draw * 1000) % len(FOLLOW_THOUGHTS)]
@@ -139,7 +165,7 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Callabl
         thought = EXPLORE_THOUGHTS[(offset + done) % len(EXPLORE_THOUGHTS)]
         return f"Thought: {thought}\nAction: {'look' if place == 'look' else 'go to ' + place}"
 
-    return respond
+    return ScriptedAgent(respond, attempts)
 
 
 def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: float = 0.2, seed: int = 0,
@@ -171,7 +197,8 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
     tasks = adapter.tasks(adapter.train_split)
     adapter.examples()  # built once and cached before the workers start
     rows = []
-    with tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(scripted_agent(tasks, p0, seed)) as server:
+    agent = scripted_agent(tasks, p0, seed)
+    with tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(agent) as server:
         settings = LLMSettings(model="scripted-alfworld", base_url=server.base_url, api_key="test", max_retries=0,
                                timeout=120)
         for method in methods:
@@ -179,6 +206,7 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                                  seed=seed, options=options)
             started = time.perf_counter()
             unfinished = unfinished_run(runs_dir, config) if resume and runs_dir else None
+            agent.start_run(played_attempts(unfinished, tasks) if unfinished else None)
             summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers,
                                     resume=str(unfinished) if unfinished else None)
             report = learning_report(Path(summary["bank"]).parent)
@@ -192,6 +220,19 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                          "seconds": round(time.perf_counter() - started, 1),
                          "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
     return rows
+
+
+def played_attempts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
+    """Episodes per task text that an unfinished run already committed (its episodes.jsonl): the attempts a
+    resumed run starts counting from."""
+    queries = {t.id: t.query for t in tasks}
+    counts: dict[str, int] = {}
+    path = run_dir / "episodes.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        query = queries.get(json.loads(line)["task_id"])
+        if query is not None:
+            counts[query] = counts.get(query, 0) + 1
+    return counts
 
 
 def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
