@@ -105,8 +105,8 @@ def strict(fn: Callable[..., Any], annotations: ToolAnnotations, description: st
     and a call with any other argument is refused before the tool runs."""
     tool = Tool.from_function(fn, annotations=annotations, description=description)
     base = tool.fn_metadata.arg_model
-    model = type(base.__name__, (base,), {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-                                          "__module__": base.__module__})
+    model: type[Any] = type(base.__name__, (base,), {"__module__": base.__module__, "model_config": ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True)})
     tool.fn_metadata.arg_model = model
     tool.parameters = model.model_json_schema(by_alias=True)
     return tool
