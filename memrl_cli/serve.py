@@ -6,7 +6,9 @@ local process; any other address needs a token (`--token` / `MEMRL_TOKEN`, at le
 that every HTTP request must carry, in `X-Memrl-Token` or (MCP only) `Authorization: Bearer`.
 `--read-only` turns off the operations that change what is learned (reward, remember): callers can
 still retrieve, and each retrieval still stores its receipt, so a trusted harness can reward it
-later through the CLI or the library.
+later through the CLI or the library. Whoever rewards, the reward must lie in the bank's reward
+range ([-1, 1] unless `memrl config reward_range` widens it); the MCP tools' learning rate is the
+server's (`memrl mcp --alpha`), and their results never say where the bank is.
 """
 
 from __future__ import annotations
