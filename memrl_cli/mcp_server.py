@@ -44,6 +44,7 @@ RETRIEVE = {  # the retrieve tool's description; a read-only server names no too
     True: "Call at the start of a task: the memories of similar past tasks that proved most useful, best first, and "
           "a retrieval_id (`explain` shows why they were chosen)."}
 
+
 def instructions(read_only: bool, bounds: tuple[float, float]) -> str:
     """What the server tells the model; a read-only server names no tool it does not offer."""
     text = ("memrl is an episodic memory that learns which past experiences help. At the start of a task, call "
@@ -65,6 +66,7 @@ class MemoryServer(MCPServer):
         super().__init__("memrl", instructions=instructions(read_only, service.reward_range()),
                          version=__version__, log_level="WARNING", tools=tools)
         self.location = service.pool.location
+        self.arguments = {tool.name: list(tool.parameters["properties"]) for tool in tools}
 
     def error(self, exc: MemrlError) -> CallToolResult:
         """A tool error: the one-line message as text, its JSON error as structured content."""
@@ -94,9 +96,9 @@ class MemoryServer(MCPServer):
             first = exc.__cause__.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             if first["type"] == "extra_forbidden":
-                tool = self._tool_manager.get_tool(name)
-                known = ", ".join(tool.parameters["properties"]) if tool else ""
-                return self.error(MemrlError(f"unknown argument {where} of {name}; its arguments are {known}"))
+                known = self.arguments.get(name)
+                takes = f"its arguments are {', '.join(known)}" if known else f"{name} takes no arguments"
+                return self.error(MemrlError(f"unknown argument {where} of {name}; {takes}"))
             return self.error(MemrlError(f"argument {where} of {name}: {first['msg']}"))
 
 

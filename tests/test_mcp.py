@@ -269,7 +269,7 @@ REFUSED = [
     ("top_memories", {"n": 0}, "argument n of top_memories"),
     ("top_memories", {"n": 101}, "argument n of top_memories"),
     ("explain", {"retrieval_id": -1}, "argument retrieval_id of explain"),
-    ("stats", {"verbose": True}, "unknown argument verbose of stats"),
+    ("stats", {"verbose": True}, "unknown argument verbose of stats; stats takes no arguments"),
 ]
 
 
@@ -292,8 +292,8 @@ async def refusals(session: ClientSession, db: str) -> None:
     assert not [t for t in texts + [json.dumps(stats)] if db in t]
 
 
-@pytest.mark.slow
-def test_tools_publish_their_contract_and_refuse_calls_outside_it(tmp_path: Any) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_tools_publish_their_contract_and_refuse_calls_outside_it(tmp_path: Any, transport: str) -> None:
     """Over stdio and over streamable HTTP: the schemas (bounds, enums, no unknown argument, no alpha), and
     each call outside them refused with nothing written (the issue's reward of 5 took Q from 0.3 to 1.71)."""
     db = str(tmp_path / "bank.db")
@@ -301,21 +301,21 @@ def test_tools_publish_their_contract_and_refuse_calls_outside_it(tmp_path: Any)
     hit = as_json(memrl(db, "retrieve", "warm up an egg", "--json"))
     assert hit["retrieval_id"] == 1
     before = learned_state(db)
-
-    async def over_stdio() -> None:
-        async with stdio_client(stdio(db)) as (read, write), ClientSession(read, write) as session:
-            await refusals(session, db)
-    anyio.run(over_stdio)
-    after_stdio = learned_state(db)
-    assert after_stdio["rewards"] == before["rewards"] == [] and after_stdio["memories"] == before["memories"]
-
-    with serving("mcp", "--http", "127.0.0.1:0", "--db", db) as url:
-        async def over_http() -> None:
-            async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
+    if transport == "stdio":
+        async def over_stdio() -> None:
+            async with stdio_client(stdio(db)) as (read, write), ClientSession(read, write) as session:
                 await refusals(session, db)
-        anyio.run(over_http)
-    after_http = learned_state(db)
-    assert after_http["rewards"] == [] and after_http["memories"] == before["memories"]
+        anyio.run(over_stdio)
+    else:
+        with serving("mcp", "--http", "127.0.0.1:0", "--db", db) as url:
+            async def over_http() -> None:
+                async with streamable_http_client(f"{url}/mcp") as (read, write), \
+                        ClientSession(read, write) as session:
+                    await refusals(session, db)
+            anyio.run(over_http)
+    after = learned_state(db)
+    assert after["rewards"] == before["rewards"] == [] and after["memories"] == before["memories"]
+    assert len(after["retrievals"]) == 2  # only the one retrieve that fits the contract stored a receipt
 
 
 def test_the_bank_sets_the_reward_range_and_the_server_alpha(tmp_path: Any) -> None:
