@@ -227,7 +227,8 @@ class MemoryBank:
                allow_repeat: bool = False) -> list[dict[str, Any]]:
         """Apply Q ← Q + α(R − Q) to the memories a receipt selected (or to given ids), atomically.
 
-        A second reward for the same receipt is refused unless `allow_repeat`.
+        The reward must lie in the bank's `reward_range()` ([-1, 1] by default); a second reward for
+        the same receipt is refused unless `allow_repeat`. Either refusal writes nothing.
         Returns [{"id", "q_before", "q_after"}] in the order applied.
         """
         return self._ledger.reward_many([{"reward": reward, "retrieval_id": retrieval_id, "memory_ids": memory_ids, "alpha":
@@ -236,6 +237,15 @@ class MemoryBank:
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several rewards in one transaction (all or none); same fields as `reward`."""
         return self._ledger.reward_many(requests)
+
+    def reward_range(self) -> tuple[float, float]:
+        """The rewards this bank accepts, (min, max) inclusive: [-1, 1] unless set with `set_reward_range`."""
+        return self._ledger.reward_range()
+
+    def set_reward_range(self, bounds: tuple[float, float] | None) -> tuple[float, float]:
+        """Widen (or narrow) the rewards this bank accepts to `bounds` = (min, max), kept in its meta;
+        None restores [-1, 1]. Returns the range in force. Rewards already given stay as they are."""
+        return self._ledger.set_reward_range(bounds)
 
     def revise(self, memory_id: int, experience: str) -> bool:
         """Replace a memory's experience text in place (MemP's adjustment rule); intent, vector and Q stay.

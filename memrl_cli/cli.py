@@ -269,7 +269,8 @@ def retrieve(
 def reward(
     retrieval: Optional[int] = typer.Option(None, help="Reward the memories this retrieval selected."),
     memory: Optional[list[int]] = typer.Option(None, help="Reward this memory id (repeatable)."),
-    reward_value: Optional[str] = typer.Option(None, "--reward", help="The reward R (e.g. 1 success, -1 failure)."),
+    reward_value: Optional[str] = typer.Option(None, "--reward", help="The reward R (e.g. 1 success, -1 failure), "
+                                               "within the bank's reward range ([-1, 1] unless `memrl config` widens it)."),
     alpha: str = typer.Option("0.3", help="Learning rate α in Q ← Q + α(R − Q)."),
     floor: Optional[str] = typer.Option(None, help="Lower bound for Q after the update."),
     source: Optional[str] = typer.Option(None, help="Where the reward came from (kept in the ledger)."),
@@ -293,9 +294,15 @@ def reward(
         else:
             if reward_value is None:
                 raise MemrlError("give --reward R")
+            from memrl_cli.ledger import RewardedAlready
+
             bank = open_bank(db, create=False)
-            updates = bank.reward(reward_value, retrieval_id=retrieval, memory_ids=memory or None,  # type: ignore[arg-type]
-                                  alpha=alpha, floor=floor, source=source, allow_repeat=allow_repeat)  # type: ignore[arg-type]
+            try:
+                updates = bank.reward(reward_value, retrieval_id=retrieval, memory_ids=memory or None,  # type: ignore[arg-type]
+                                      alpha=alpha, floor=floor, source=source, allow_repeat=allow_repeat)  # type: ignore[arg-type]
+            except RewardedAlready as exc:
+                raise MemrlError(f"retrieval {exc.retrieval_id} was already rewarded; pass --allow-repeat to reward "
+                                 "it again") from None
         emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q updates"))
 
 
@@ -455,6 +462,35 @@ def calibrate(
     """Recompute the bank's similarity statistics for z(sim), or fix them."""
     with command(as_json):
         emit(open_bank(db, create=False).calibrate(mean, std, clear), as_json, lambda d: print(json.dumps(d, indent=2)))
+
+
+@app.command(context_settings={"ignore_unknown_options": True})  # so that MIN may be negative: `reward_range -5 5`
+def config(
+    name: Optional[str] = typer.Argument(None, help="A bank setting: reward_range."),
+    values: Optional[list[str]] = typer.Argument(None, help="Its new value: reward_range MIN MAX."),
+    reset: bool = typer.Option(False, "--reset", help="Back to the default (reward_range: -1 1)."),
+    db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Show or change the settings kept in the bank: reward_range, the rewards it accepts [default -1 1]."""
+    with command(as_json):
+        if name not in (None, "reward_range"):
+            raise MemrlError(f"unknown setting {name!r}; the bank's settings: reward_range")
+        if (values or reset) and name is None:
+            raise MemrlError("name the setting to change: memrl config reward_range MIN MAX")
+        if values and reset:
+            raise MemrlError("give MIN MAX, or --reset, not both")
+        bounds = None
+        if values:
+            try:
+                low, high = map(float, values)
+            except ValueError:
+                raise MemrlError(f"reward_range takes two numbers, MIN MAX; got {' '.join(values)}") from None
+            bounds = (low, high)
+        bank = open_bank(db, create=False)
+        if values or reset:
+            bank.set_reward_range(bounds)
+        emit({"reward_range": list(bank.reward_range())}, as_json,
+             lambda d: print(f"reward_range {d['reward_range'][0]:g} {d['reward_range'][1]:g}"))
 
 
 @app.command("export")
@@ -671,14 +707,16 @@ def need_extra(module: str, extra: str) -> None:
 def mcp(
     http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT",
                                        help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    alpha: float = typer.Option(0.3, help="Learning rate α of the reward tools (the server's, not the model's)."),
     selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
 ) -> None:
-    """Serve the bank as MCP tools (retrieve, remember, reward, top_memories, explain, stats) over stdio or HTTP."""
+    """Serve the bank as MCP tools (retrieve, remember, reward, reward_memories, top_memories, explain, stats)
+    over stdio or HTTP."""
     with command(False):
         need_extra("mcp", "mcp")
         from memrl_cli.mcp_server import serve
 
-        serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector)
+        serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector, alpha=alpha)
 
 
 @app.command()

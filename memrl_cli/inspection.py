@@ -63,6 +63,7 @@ def stats(bank: MemoryBank) -> dict[str, Any]:
         "outcomes": {k: int(outcomes.get(k, 0)) for k in ("success", "failure", "unknown")},
         "retrievals": bank.store.receipt_count(),
         "rewards": bank.store.ledger_size(),
+        "reward_range": list(bank.reward_range()),
         "embedder": {k: embedder[k] for k in ("spec", "dim", "normalized")} if embedder else None,
         "calibration": {"mean": mean, "std": std, "stats": bank.meta("sim_stats"),
                         "override": bank.meta("sim_stats_override")},

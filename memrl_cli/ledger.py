@@ -1,6 +1,10 @@
 """Q updates and their ledger: rewards (Q ← Q + α(R − Q), `memrl_cli.learn`) applied to the memories
 a receipt selected or to given ids, outright Q assignments, and in-place revisions of a memory's
 text. Every change of Q appends a ledger row, so Q is always the replay of its ledger.
+
+A reward must lie in the bank's reward range: [-1, 1] unless the bank's meta `reward_range` widens
+(or narrows) it (`memrl config reward_range MIN MAX`); every way in (CLI, proxy, MCP, the Python API)
+goes through `Ledger.reward_many`, so none can move Q further.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any
 
 from memrl_cli.connection import BankConnection
 from memrl_cli.errors import MemrlError
-from memrl_cli.learn import DEFAULT_ALPHA, check_reward
+from memrl_cli.learn import DEFAULT_ALPHA, REWARD_RANGE, check_reward, check_reward_range
 from memrl_cli.records import check_text, content_hash, now
 
 REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "alpha", "floor", "source", "allow_repeat"}
@@ -19,8 +23,17 @@ REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "alpha", "floor", "sour
 RewardRequest = tuple[Any, ...]
 
 
-def check_reward_request(request: dict[str, Any], i: int) -> RewardRequest:
-    """Validate the `i`-th request of `reward_many` (0-based; the message numbers it from 2 on)."""
+class RewardedAlready(MemrlError):
+    """A second reward for a receipt, without `allow_repeat` (each caller names its own way to allow it)."""
+
+    def __init__(self, retrieval_id: int) -> None:
+        self.retrieval_id = retrieval_id
+        super().__init__(f"retrieval {retrieval_id} was already rewarded; pass allow_repeat to reward it again")
+
+
+def check_reward_request(request: dict[str, Any], i: int, bounds: tuple[float, float] = REWARD_RANGE) -> RewardRequest:
+    """Validate the `i`-th request of `reward_many` (0-based; the message numbers it from 2 on), its reward
+    within `bounds`."""
     where = f"reward {i + 1}: " if i else ""
     unknown = set(request) - REWARD_FIELDS
     if unknown:
@@ -39,8 +52,8 @@ def check_reward_request(request: dict[str, Any], i: int) -> RewardRequest:
         if not ids or not all(isinstance(m, int) and not isinstance(m, bool) for m in ids):
             raise MemrlError(f"{where}memory ids must be a non-empty list of integers")
     try:
-        r, a, f = check_reward(request.get("reward"), request.get("alpha", DEFAULT_ALPHA)
-                               if request.get("alpha") is not None else DEFAULT_ALPHA, request.get("floor"))
+        alpha = request["alpha"] if request.get("alpha") is not None else DEFAULT_ALPHA
+        r, a, f = check_reward(request.get("reward"), alpha, request.get("floor"), bounds)
     except MemrlError as exc:
         raise MemrlError(f"{where}{exc}") from None
     return rid, ids, r, a, f, request.get("source"), bool(request.get("allow_repeat"))
@@ -52,10 +65,28 @@ class Ledger:
     def __init__(self, db: BankConnection) -> None:
         self.db = db
 
+    def reward_range(self) -> tuple[float, float]:
+        """The rewards this bank accepts, (min, max) inclusive: its meta `reward_range`, else [-1, 1]."""
+        def read() -> tuple[float, float]:
+            stored = self.db.meta("reward_range")
+            return (float(stored["min"]), float(stored["max"])) if stored else REWARD_RANGE
+        return self.db.cached("reward_range", read)
+
+    def set_reward_range(self, bounds: tuple[float, float] | None) -> tuple[float, float]:
+        """Store the bank's reward range (None: back to the default [-1, 1]); return the range in force."""
+        with self.db.transaction():
+            if bounds is None:
+                self.db.store.delete_meta("reward_range")
+            else:
+                low, high = check_reward_range(*bounds)
+                self.db.store.set_meta("reward_range", {"min": low, "max": high, "set_at": now()})
+        return self.reward_range()
+
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several rewards in one transaction (all or none); [{"id", "q_before", "q_after"}] in the order applied."""
         db, store = self.db, self.db.store
-        checked = [check_reward_request(r, i) for i, r in enumerate(requests)]
+        bounds = self.reward_range()
+        checked = [check_reward_request(r, i, bounds) for i, r in enumerate(requests)]
         stamp = now()
         memory_ids = [mid for c in checked for mid in (c[1] or ())]
         if store.single_statement_writes and not db.depth and checked \
@@ -77,7 +108,7 @@ class Ledger:
                         raise MemrlError(f"unknown retrieval id {rid}")
                     if not repeat and (rid in rewarded or conn.execute(
                             "SELECT 1 FROM rewards WHERE retrieval_id = ? LIMIT 1", (rid,)).fetchone()):
-                        raise MemrlError(f"retrieval {rid} was already rewarded; pass --allow-repeat to reward it again")
+                        raise RewardedAlready(rid)
                     rewarded.add(rid)
                     ids = [row[0] for row in conn.execute(
                         "SELECT memory_id FROM retrieval_candidates WHERE retrieval_id = ? AND selected_rank IS NOT "

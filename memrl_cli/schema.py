@@ -365,6 +365,9 @@ def _meta_problem(key: str, raw: Any) -> str | None:
         ef_search = value.get("ef_search", 100)
         if not isinstance(ef_search, int) or isinstance(ef_search, bool) or not 1 <= ef_search <= 1000:
             return "has an HNSW ef_search outside 1 to 1000"
+    elif key == "reward_range":
+        if not (_finite(value.get("min")) and _finite(value.get("max")) and value["min"] < value["max"]):
+            return "has no finite min below its max"
     elif not (_finite(value.get("mean")) and _finite(value.get("std")) and value["std"] > 0):
         return "has no finite mean and positive std"
     elif key == "sim_stats" and not (isinstance(value.get("memories"), int) and value["memories"] >= 0):
@@ -375,7 +378,7 @@ def _meta_problem(key: str, raw: Any) -> str | None:
 def check_meta(conn: Any) -> None:
     """Refuse a bank whose meta values memrl could not have written (foreign or altered file)."""
     for key, raw in conn.execute("SELECT key, value FROM meta WHERE key IN "
-                                 "('embedder', 'index', 'sim_stats', 'sim_stats_override')"):
+                                 "('embedder', 'index', 'sim_stats', 'sim_stats_override', 'reward_range')"):
         problem = _meta_problem(key, raw)
         if problem:
             raise MemrlError(f"refusing to open this bank: its meta value {key!r} {problem} "

@@ -6,7 +6,9 @@ local process; any other address needs a token (`--token` / `MEMRL_TOKEN`, at le
 that every HTTP request must carry, in `X-Memrl-Token` or (MCP only) `Authorization: Bearer`.
 `--read-only` turns off the operations that change what is learned (reward, remember): callers can
 still retrieve, and each retrieval still stores its receipt, so a trusted harness can reward it
-later through the CLI or the library.
+later through the CLI or the library. Whoever rewards, the reward must lie in the bank's reward
+range ([-1, 1] unless `memrl config reward_range` widens it); the MCP tools' learning rate is the
+server's (`memrl mcp --alpha`), and their results never say where the bank is.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class BankService:
 
     def _learning(self, what: str) -> None:
         if self.read_only:
-            raise ReadOnlyError(f"this server is read-only (--read-only): {what} is turned off")
+            raise ReadOnlyError(f"this server is read-only: {what} is turned off")
 
     def retrieve(self, query: str, k1: int = 5, k2: int = 3, lam: float = 0.5, threshold: float = 0.5) -> dict[str, Any]:
         """`memrl retrieve QUERY --json`: the selected memories and the receipt id to reward (with the
@@ -116,7 +118,8 @@ class BankService:
         return {"id": result.id, "created": result.created}
 
     def reward(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
-        """`memrl reward --json` (one request, or many in one transaction): {"updated": [...]}."""
+        """`memrl reward --json` (one request, or many in one transaction): {"updated": [...]}; each reward
+        within the bank's reward range."""
         self._learning("reward")
         with self.pool.bank() as bank:
             return as_json({"updated": bank.reward_many(requests)})
@@ -135,12 +138,19 @@ class BankService:
         with self.pool.bank() as bank:
             return as_json(inspection.explain(bank, retrieval_id))
 
+    def reward_range(self) -> tuple[float, float]:
+        """The bank's reward range (see `MemoryBank.reward_range`)."""
+        with self.pool.bank() as bank:
+            return bank.reward_range()
+
     def stats(self) -> dict[str, Any]:
-        """`memrl inspect --stats --json`."""
+        """`memrl inspect --stats --json` without `path`: a server does not tell its callers where its bank is."""
         from memrl_cli import inspection
 
         with self.pool.bank() as bank:
-            return as_json(inspection.stats(bank))
+            data = inspection.stats(bank)
+        del data["path"]
+        return as_json(data)
 
 
 def as_json(data: Any) -> Any:

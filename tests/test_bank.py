@@ -212,7 +212,7 @@ def test_reward_rule_ledger_and_repeat_refusal(bank_at: Callable[[str], str]) ->
         chosen = [m["id"] for m in hit.memories]
         updates = bank.reward(1.0, retrieval_id=hit.id, alpha=0.5)
         assert updates == [{"id": i, "q_before": 0.0, "q_after": 0.5} for i in chosen]
-        with pytest.raises(MemrlError, match="already rewarded; pass --allow-repeat"):
+        with pytest.raises(MemrlError, match="already rewarded; pass allow_repeat"):
             bank.reward(1.0, retrieval_id=hit.id)
         again = bank.reward(-1.0, retrieval_id=hit.id, allow_repeat=True, alpha=0.5)
         assert [u["q_after"] for u in again] == [-0.25, -0.25]

@@ -80,6 +80,24 @@ def test_memrl_learns_across_epochs(server, tmp_path):
     assert "sk-test-planted-key" not in stored
 
 
+def test_rewards_outside_the_bank_s_range_stop_the_run_before_any_episode(server, tmp_path):
+    """A success reward of 2 on a bank that accepts [-1, 1] would fail the first commit: refused up front;
+    once the bank's range holds it, the run learns with it."""
+    from memrl_cli.errors import MemrlError
+
+    config = BenchConfig(benchmark=TOY, method="memrl", epochs=1, batch_size=3, success_reward=2.0,
+                         options={"rooms": 3})
+    bank = str(tmp_path / "bank.db")
+    with pytest.raises(MemrlError, match=r"^success_reward 2 lies outside the bank's reward range \[-1, 1\]"):
+        run_benchmark(config, settings(server), bank_path=bank, runs_dir=str(tmp_path / "runs"), workers=0)
+    with MemoryBank(bank) as opened:
+        assert opened.count() == 0 and opened.store.receipt_count() == 0
+        opened.set_reward_range((-2, 2))
+    assert not list((tmp_path / "runs").glob("*/config.json"))  # no run started
+    summary = run_benchmark(config, settings(server), bank_path=bank, runs_dir=str(tmp_path / "runs"), workers=0)
+    assert summary["episodes"] == 3
+
+
 def test_none_method_never_learns_and_writes_no_memory(server, tmp_path):
     config = BenchConfig(benchmark=TOY, method="none", epochs=2, batch_size=3, options={"rooms": 3})
     summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0)

@@ -65,6 +65,41 @@ def test_a_bad_request_changes_nothing(bank_at: Callable[[str], str]) -> None:
     assert ledger.db.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
 
 
+def test_rewards_stay_in_the_bank_s_range(bank_at: Callable[[str], str]) -> None:
+    """[-1, 1] by default; the bank's meta widens it for every connection (the cache follows); a reward outside
+    is refused with one line and nothing written, in a batch too; the range itself is checked."""
+    location = bank_at("b")
+    ledger, other = Ledger(connect(location)), Ledger(connect(location))
+    seed(ledger.db, unit(2))
+    rid = receipt(ledger, [1])
+
+    def nothing_written() -> None:
+        assert ledger.db.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
+        assert [r[0] for r in ledger.db.conn.execute("SELECT q FROM memories ORDER BY id")] == [0.0, 0.0]
+
+    assert ledger.reward_range() == other.reward_range() == (-1.0, 1.0)
+    for requests, message in (([{"reward": 5, "retrieval_id": rid}], "reward must be in [-1, 1] (the bank's reward "
+                                                                     "range), got 5"),
+                              ([{"reward": 1, "memory_ids": [2]}, {"reward": -1.5, "memory_ids": [1]}],
+                               "reward 2: reward must be in [-1, 1] (the bank's reward range), got -1.5")):
+        with pytest.raises(MemrlError) as caught:
+            other.reward_many(requests)
+        assert str(caught.value) == message
+        nothing_written()
+    for bad in ((1, 1), (2, -2), (float("nan"), 1), (0, float("inf")), (True, 2)):
+        with pytest.raises(MemrlError, match="a reward range is two finite numbers MIN < MAX"):
+            ledger.set_reward_range(bad)  # type: ignore[arg-type]
+    assert ledger.set_reward_range((-5, 5)) == (-5.0, 5.0)
+    assert other.reward_range() == (-5.0, 5.0)  # another connection sees it at once
+    assert other.reward_many([{"reward": 5, "retrieval_id": rid}]) == [{"id": 1, "q_before": 0.0, "q_after": 1.5}]
+    with pytest.raises(MemrlError, match="got 5.5"):
+        other.reward_many([{"reward": 5.5, "memory_ids": [2]}])
+    assert ledger.set_reward_range(None) == other.reward_range() == (-1.0, 1.0)
+    with pytest.raises(MemrlError, match=r"in \[-1, 1\]"):
+        other.reward_many([{"reward": 5, "memory_ids": [2]}])
+    assert ledger.db.conn.execute("SELECT count(*) FROM rewards").fetchone()[0] == 1
+
+
 @pytest.mark.parametrize("request_, message", [
     ({"reward": 1.0}, "give either a retrieval id or memory ids"),
     ({"reward": 1.0, "retrieval_id": 1, "memory_ids": [1]}, "give either a retrieval id or memory ids"),
@@ -73,6 +108,7 @@ def test_a_bad_request_changes_nothing(bank_at: Callable[[str], str]) -> None:
     ({"reward": 1.0, "memory_ids": 5}, "memory ids must be a non-empty list of integers"),
     ({"reward": float("nan"), "memory_ids": [1]}, "reward"),
     ({"reward": 1.0, "memory_ids": [1], "weight": 2}, "unknown field(s) weight; use allow_repeat"),
+    ({"reward": 1.01, "memory_ids": [1]}, "reward must be in [-1, 1] (the bank's reward range), got 1.01"),
 ])
 def test_check_reward_request(request_: dict, message: str) -> None:
     with pytest.raises(MemrlError) as caught:

@@ -19,7 +19,8 @@ from test_cli import as_json, memrl
 
 from memrl_cli.bank import MemoryBank
 
-TOOLS = {"retrieve", "remember", "reward", "top_memories", "explain", "stats"}
+TOOLS = {"retrieve", "remember", "reward", "reward_memories", "top_memories", "explain", "stats"}
+WRITES = {"remember", "reward", "reward_memories"}
 TOKEN = "a-test-token-of-some-length"
 TIMESTAMPS = ("created_at", "updated_at", "last_used_at")
 
@@ -116,11 +117,14 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
                 for tool, arguments, message in (
                         ("reward", {"retrieval_id": 99, "reward": 1}, "unknown retrieval id 99"),
                         ("reward", {"retrieval_id": 1, "memory_ids": [1], "reward": 1},
-                         "give either a retrieval id or memory ids, not both or neither"),
-                        ("reward", {"memory_ids": [1], "reward": 1, "alpha": 2}, "alpha"),
+                         "unknown argument memory_ids of reward; its arguments are retrieval_id, reward, source"),
+                        ("reward_memories", {"memory_ids": [1], "reward": 1, "alpha": 0.9},
+                         "unknown argument alpha of reward_memories; its arguments are memory_ids, reward, source"),
                         ("remember", {"intent": " ", "experience": "x"}, "intent must be a non-empty string"),
-                        ("remember", {"intent": "x", "experience": "y", "outcome": "great"}, "outcome must be one of"),
-                        ("retrieve", {"query": "egg", "lam": 2}, "lambda must be a number in [0, 1]"),
+                        ("remember", {"intent": "x", "experience": "y", "outcome": "great"},
+                         "argument outcome of remember: Input should be 'success', 'failure' or 'unknown'"),
+                        ("retrieve", {"query": "egg", "lam": 2},
+                         "argument lam of retrieve: Input should be less than or equal to 1"),
                         ("explain", {"retrieval_id": 7}, "unknown retrieval id 7"),
                         ("retrieve", {"query": "egg", "k1": "many"}, "argument k1 of retrieve: Input should be a valid integer"),
                         ("remember", {"experience": "y"}, "argument intent of remember: Field required")):
@@ -138,8 +142,8 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
         async def read_only() -> None:
             async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
-                assert {t.name for t in (await session.list_tools()).tools} == TOOLS - {"remember", "reward"}
-                assert (await session.call_tool("reward", {"memory_ids": [1], "reward": 1})).is_error
+                assert {t.name for t in (await session.list_tools()).tools} == TOOLS - WRITES
+                assert (await session.call_tool("reward_memories", {"memory_ids": [1], "reward": 1})).is_error
                 hit = await call(session, "retrieve", query="warm up an egg")
                 assert hit["retrieval_id"] == 1  # receipts are still kept, for a trusted harness to reward
         anyio.run(read_only)
@@ -154,7 +158,7 @@ def test_beyond_loopback_needs_the_token(tmp_path: Any) -> None:
     before = learned_state(db)
     with serving("mcp", "--http", "127.0.0.2:0", "--db", db, env=cli_env(MEMRL_TOKEN=TOKEN)) as url:
         message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                   "params": {"name": "reward", "arguments": {"memory_ids": [1], "reward": 1}}}
+                   "params": {"name": "reward_memories", "arguments": {"memory_ids": [1], "reward": 1}}}
         for headers in ({}, {"Authorization": "Bearer wrong-token-of-some-length"}, {"X-Memrl-Token": "nope"}):
             response = httpx2.post(f"{url}/mcp", json=message, headers=headers | {"Accept": "application/json, text/event-stream"})
             assert response.status_code == 401
@@ -166,7 +170,7 @@ def test_beyond_loopback_needs_the_token(tmp_path: Any) -> None:
                     streamable_http_client(f"{url}/mcp", http_client=client) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
-                updated = await call(session, "reward", memory_ids=[1], reward=1)
+                updated = await call(session, "reward_memories", memory_ids=[1], reward=1)
                 assert updated == {"updated": [{"id": 1, "q_before": 0.0, "q_after": 0.3}]}
         anyio.run(with_token)
 
@@ -204,3 +208,154 @@ def test_documented_client_configs_are_json() -> None:
     configs = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)]
     assert configs[0]["mcpServers"]["memrl"]["command"] == "memrl" and configs[0]["mcpServers"]["memrl"]["args"] == ["mcp"]
     assert configs[1]["mcpServers"]["memrl"]["url"].endswith("/mcp")
+
+
+# The contract every tool publishes: the bounds of each bounded argument (None: unbounded), the required ones.
+BOUNDS = {("retrieve", "k1"): (1, 100), ("retrieve", "k2"): (1, 20), ("retrieve", "lam"): (0, 1),
+          ("retrieve", "threshold"): (-1, 1), ("top_memories", "n"): (1, 100), ("explain", "retrieval_id"): (1, None),
+          ("reward", "retrieval_id"): (1, None), ("reward", "reward"): (-1, 1), ("reward_memories", "reward"): (-1, 1)}
+REQUIRED = {"retrieve": {"query"}, "top_memories": set(), "explain": {"retrieval_id"}, "stats": set(),
+            "remember": {"intent", "experience"}, "reward": {"retrieval_id", "reward"},
+            "reward_memories": {"memory_ids", "reward"}}
+
+
+def check_contract(tools: list[Any], reward_range: tuple[float, float] = (-1, 1)) -> None:
+    """Every schema: a valid JSON Schema, an object refusing unknown arguments, with no combinator at its top
+    (Claude's and OpenAI's tool APIs refuse one there), its bounds, enums and required arguments; no alpha."""
+    from jsonschema import Draft202012Validator
+
+    schemas = {t.name: t.input_schema for t in tools}
+    for name, schema in schemas.items():
+        Draft202012Validator.check_schema(schema)
+        assert schema["type"] == "object" and schema["additionalProperties"] is False, name
+        assert not set(schema) & {"oneOf", "anyOf", "allOf", "not", "if"}, name
+        assert set(schema.get("required", [])) == REQUIRED[name], name
+    for (name, argument), (low, high) in BOUNDS.items():
+        if name in schemas:
+            if argument == "reward":
+                low, high = reward_range
+            prop = schemas[name]["properties"][argument]
+            assert (prop.get("minimum"), prop.get("maximum")) == (low, high), (name, argument, prop)
+    if "remember" in schemas:
+        assert schemas["remember"]["properties"]["outcome"]["enum"] == ["success", "failure", "unknown"]
+        assert schemas["remember"]["properties"]["intent"]["minLength"] == 1
+    if "reward_memories" in schemas:
+        ids = schemas["reward_memories"]["properties"]["memory_ids"]
+        assert (ids["minItems"], ids["maxItems"], ids["items"]["minimum"]) == (1, 100, 1)
+        for name in ("reward", "reward_memories"):
+            assert "alpha" not in schemas[name]["properties"]  # the server sets the learning rate
+
+
+# Calls outside the contract: each is refused with one line naming the argument.
+REFUSED = [
+    ("reward", {"retrieval_id": 1, "reward": 5}, "argument reward of reward: Input should be less than or equal to 1"),
+    ("reward", {"retrieval_id": 1, "reward": -1.01}, "argument reward of reward: Input should be greater than or equal to -1"),
+    ("reward", {"retrieval_id": 1, "reward": 1, "alpha": 1}, "unknown argument alpha of reward"),
+    ("reward", {"retrieval_id": 0, "reward": 1}, "argument retrieval_id of reward"),
+    ("reward", {"retrieval_id": 1}, "argument reward of reward: Field required"),
+    ("reward", {"reward": 1}, "argument retrieval_id of reward: Field required"),
+    ("reward_memories", {"memory_ids": [1], "reward": 1.5}, "argument reward of reward_memories"),
+    ("reward_memories", {"memory_ids": [], "reward": 1}, "argument memory_ids of reward_memories"),
+    ("reward_memories", {"memory_ids": [0], "reward": 1}, "argument memory_ids.0 of reward_memories"),
+    ("reward_memories", {"memory_ids": [1], "retrieval_id": 1, "reward": 1}, "unknown argument retrieval_id of reward_memories"),
+    ("retrieve", {"query": "egg", "k1": 0}, "argument k1 of retrieve"),
+    ("retrieve", {"query": "egg", "k2": 21}, "argument k2 of retrieve"),
+    ("retrieve", {"query": "egg", "threshold": 1.5}, "argument threshold of retrieve"),
+    ("retrieve", {"query": ""}, "argument query of retrieve"),
+    ("retrieve", {"query": "egg", "selector": "ucb"}, "unknown argument selector of retrieve; its arguments are "
+                                                      "query, k1, k2, lam, threshold"),
+    ("remember", {"intent": "x", "experience": "y", "outcome": "great"}, "argument outcome of remember"),
+    ("remember", {"intent": "x", "experience": "y", "q": 1}, "unknown argument q of remember"),
+    ("top_memories", {"n": 0}, "argument n of top_memories"),
+    ("top_memories", {"n": 101}, "argument n of top_memories"),
+    ("explain", {"retrieval_id": -1}, "argument retrieval_id of explain"),
+    ("stats", {"verbose": True}, "unknown argument verbose of stats; stats takes no arguments"),
+]
+
+
+async def refusals(session: ClientSession, db: str) -> None:
+    """The published contract, then every call outside it refused (one line naming the argument); no result
+    names the bank's location."""
+    await session.initialize()
+    check_contract((await session.list_tools()).tools)
+    texts = []
+    for tool, arguments, message in REFUSED:
+        result = await session.call_tool(tool, arguments)
+        text = result.content[0].text
+        assert result.is_error and message in text and "\n" not in text, (tool, arguments, text)
+        texts.append(text)
+    stats = await call(session, "stats")
+    assert "path" not in stats and stats["reward_range"] == [-1, 1]
+    for tool, arguments in (("explain", {"retrieval_id": 1}), ("top_memories", {}), ("retrieve", {"query": "egg"}),
+                            ("explain", {"retrieval_id": 9})):
+        texts.append((await session.call_tool(tool, arguments)).content[0].text)
+    assert not [t for t in texts + [json.dumps(stats)] if db in t]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_tools_publish_their_contract_and_refuse_calls_outside_it(tmp_path: Any, transport: str) -> None:
+    """Over stdio and over streamable HTTP: the schemas (bounds, enums, no unknown argument, no alpha), and
+    each call outside them refused with nothing written (the issue's reward of 5 took Q from 0.3 to 1.71)."""
+    db = str(tmp_path / "bank.db")
+    seed(db)
+    hit = as_json(memrl(db, "retrieve", "warm up an egg", "--json"))
+    assert hit["retrieval_id"] == 1
+    before = learned_state(db)
+    if transport == "stdio":
+        async def over_stdio() -> None:
+            async with stdio_client(stdio(db)) as (read, write), ClientSession(read, write) as session:
+                await refusals(session, db)
+        anyio.run(over_stdio)
+    else:
+        with serving("mcp", "--http", "127.0.0.1:0", "--db", db) as url:
+            async def over_http() -> None:
+                async with streamable_http_client(f"{url}/mcp") as (read, write), \
+                        ClientSession(read, write) as session:
+                    await refusals(session, db)
+            anyio.run(over_http)
+    after = learned_state(db)
+    assert after["rewards"] == before["rewards"] == [] and after["memories"] == before["memories"]
+    assert len(after["retrievals"]) == 2  # only the one retrieve that fits the contract stored a receipt
+
+
+def test_the_bank_sets_the_reward_range_and_the_server_alpha(tmp_path: Any) -> None:
+    """`memrl config reward_range -5 5` widens what the tools accept (schema, instructions, calls);
+    `memrl mcp --alpha 0.5` is the learning rate of every reward; a bad --alpha stops the server."""
+    db = str(tmp_path / "bank.db")
+    seed(db)
+    assert as_json(memrl(db, "config", "reward_range", "-5", "5", "--json")) == {"reward_range": [-5, 5]}
+    assert "alpha must be in (0, 1]" in error_line(run_memrl("mcp", "--db", db, "--alpha", "2", ok=False))
+
+    async def run() -> dict[str, Any]:
+        async with stdio_client(stdio(db, "--alpha", "0.5")) as (read, write), ClientSession(read, write) as session:
+            started = await session.initialize()
+            assert "the bank accepts [-5, 5]" in started.instructions
+            check_contract((await session.list_tools()).tools, (-5, 5))
+            refused = await session.call_tool("reward_memories", {"memory_ids": [1], "reward": 5.5})
+            assert refused.is_error and "less than or equal to 5" in refused.content[0].text
+            return await call(session, "reward_memories", memory_ids=[1], reward=5)
+    assert anyio.run(run) == {"updated": [{"id": 1, "q_before": 0.0, "q_after": 2.5}]}
+    assert learned_state(db)["rewards"][0][4:6] == (5.0, 0.5)  # the ledger keeps R and the server's alpha
+
+
+def test_read_only_instructions_and_tools_name_no_write_tool(tmp_path: Any) -> None:
+    """A read-only server's instructions and tool descriptions name only the tools it offers; a full server's
+    name the write tools (so the check can fail)."""
+    import re
+
+    db = str(tmp_path / "bank.db")
+    seed(db)
+
+    async def named(*extra: str) -> tuple[set[str], set[str], str]:
+        async with stdio_client(stdio(db, *extra)) as (read, write), ClientSession(read, write) as session:
+            started = await session.initialize()
+            tools = (await session.list_tools()).tools
+            text = " ".join([started.instructions or ""] + [t.description or "" for t in tools]
+                            + [json.dumps(t.input_schema) for t in tools])
+            return {t.name for t in tools}, set(re.findall(r"`(\w+)`", text)), text
+
+    offered, mentioned, text = anyio.run(named, "--read-only")
+    assert offered == TOOLS - WRITES and mentioned <= offered, mentioned - offered
+    assert "remember" not in text and not re.search(r"\breward\b(?! range)", text), text
+    offered, mentioned, _ = anyio.run(named)
+    assert offered == TOOLS and {"retrieve", "reward", "remember"} <= mentioned

@@ -79,6 +79,8 @@ REFUSED: list[tuple[str, list[str], str]] = [
      "'sim_stats' has no finite mean"),
     ("meta override with zero std", ["""INSERT OR REPLACE INTO meta VALUES ('sim_stats_override',
         '{"mean": 0.1, "std": 0}')"""], "positive std"),
+    ("meta reward range upside down", ["""INSERT OR REPLACE INTO meta VALUES ('reward_range',
+        '{"min": 5, "max": -5}')"""], "'reward_range' has no finite min below its max"),
     ("meta index state unknown", ["""UPDATE meta SET value = '{"state": "evil"}' WHERE key = 'index'"""],
      "unknown index state"),
     ("negative schema version", ["PRAGMA user_version = -1"], "not a memrl bank"),

@@ -46,6 +46,7 @@ from memrl_bench.framework.worker import Played, can_prepare, load_ahead, play_g
 from memrl_cli import __version__, runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
+from memrl_cli.learn import number
 
 
 def code_version() -> str:
@@ -213,6 +214,11 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     out_dir.mkdir(parents=True, exist_ok=True)
     bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
     try:
+        check_rewards(config, bank.reward_range())
+    except MemrlError:
+        bank.close()
+        raise
+    try:
         if not resume:  # config.json first: a run killed at any point after this can be resumed
             (out_dir / "config.json").write_text(json.dumps(
                 {"run_id": run_id, "bank": os.path.abspath(bank_path), "config": asdict(config),
@@ -243,6 +249,18 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         raise
     finally:
         bank.close()
+
+
+def check_rewards(config: BenchConfig, bounds: tuple[float, float]) -> None:
+    """Refuse, before any episode, rewards the bank would refuse at the first commit."""
+    if not config.learns_q:
+        return
+    for name in ("success_reward", "failure_reward"):
+        value = getattr(config, name)
+        if not bounds[0] <= value <= bounds[1]:
+            raise MemrlError(f"{name} {number(value)} lies outside the bank's reward range [{number(bounds[0])}, "
+                             f"{number(bounds[1])}]: choose rewards inside it, or widen the range with "
+                             "`memrl config reward_range MIN MAX`")
 
 
 def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
