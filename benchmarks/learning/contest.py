@@ -33,21 +33,22 @@ from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 
 ADAPTER = "benchmarks.learning.synthetic:Synthetic"
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 24: 2.064, 29: 2.045, 39: 2.023, 59: 2.001}  # Student's t, two-sided 95%, by degrees of freedom
+T_QUANTILES = {  # Student's t for a two-sided interval of this confidence, by degrees of freedom (standard tables)
+    0.95: {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+           11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+           20: 2.086, 24: 2.064, 29: 2.045, 39: 2.023, 59: 2.001},
+    0.975: {1: 25.452, 2: 6.205, 3: 4.177, 4: 3.495, 5: 3.163, 6: 2.969, 7: 2.841, 8: 2.752, 9: 2.685, 10: 2.634,
+            11: 2.593, 12: 2.560, 13: 2.533, 14: 2.510, 15: 2.490, 16: 2.473, 17: 2.458, 18: 2.445, 19: 2.433,
+            20: 2.423, 24: 2.391, 29: 2.364, 39: 2.331, 59: 2.301},
+}
 
 
 def t_quantile(df: int, confidence: float = 0.95) -> float:
-    """Student's t quantile for a two-sided interval (scipy when installed, else the table above at 95%)."""
-    try:
-        from scipy.stats import t  # type: ignore[import-untyped]
-
-        return float(t.ppf(1 - (1 - confidence) / 2, df))
-    except ImportError:
-        if confidence != 0.95:
-            raise SystemExit("an interval other than 95% needs scipy (pip install scipy)")
-        return T_975.get(df) or T_975[max(k for k in T_975 if k <= df)]
+    """Student's t quantile for a two-sided interval (the table's largest df not above `df`: conservative)."""
+    if confidence not in T_QUANTILES:
+        raise SystemExit(f"a {confidence} interval is not tabled; use one of {', '.join(map(str, T_QUANTILES))}")
+    table = T_QUANTILES[confidence]
+    return table[max(k for k in table if k <= df)]
 
 
 def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
@@ -71,6 +72,21 @@ def run_one(scenario: str, method: str, seed: int, testbed: dict[str, Any], runs
             "accuracy": [summary["accuracy"][e] for e in range(1, testbed["epochs"] + 1)],
             "csr": summary["csr"][testbed["epochs"]],
             "heldout_before": heldout.get(0), "heldout_after": heldout.get(testbed["epochs"])}
+
+
+def results_of(runs_dir: str | Path, epochs: int) -> list[dict[str, Any]]:
+    """The raw results of finished runs in `runs_dir` (each run directory's config.json and summary.json), as
+    `run_one` returns them: a contest whose report failed is reported again without playing it again."""
+    rows = []
+    for summary_path in sorted(Path(runs_dir).glob("*/summary.json")):
+        config = json.loads((summary_path.parent / "config.json").read_text())["config"]
+        summary = json.loads(summary_path.read_text())
+        heldout = summary["eval_accuracy"].get("heldout", {})
+        rows.append({"scenario": config["options"]["scenario"], "method": config["method"], "seed": config["seed"],
+                     "accuracy": [summary["accuracy"][str(e)] for e in range(1, epochs + 1)],
+                     "csr": summary["csr"][str(epochs)],
+                     "heldout_before": heldout.get("0"), "heldout_after": heldout.get(str(epochs))})
+    return rows
 
 
 def _run_job(job: tuple[str, str, int, dict[str, Any], str]) -> dict[str, Any]:
@@ -116,7 +132,11 @@ def verdict(rule: dict[str, Any], results: list[dict[str, Any]], scenarios: list
         outcome = "holds"
     elif equivalence is not None and all(-equivalence < c["low"] and c["high"] < equivalence
                                          for c in comparisons.values()):
-        outcome = "level"
+        outcome = "level"  # inside the equivalence margin; `below`/`above` says when the interval also excludes 0
+        if any(c["high"] < 0 for c in comparisons.values()):
+            outcome = "level, below"
+        elif any(c["low"] > 0 for c in comparisons.values()):
+            outcome = "level, above"
     elif any(c["high"] < 0 for c in comparisons.values()):
         outcome = "reversed"
     else:
@@ -207,14 +227,23 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="Draw the learning curves with their bands here (PNG).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel processes [1].")
     parser.add_argument("--results", default=None, help="Report saved results (a --save file) instead of running.")
+    parser.add_argument("--from-runs", default=None, help="Report the finished runs of this --out directory instead "
+                                                          "of running.")
     args = parser.parse_args()
     declaration = yaml.safe_load(Path(args.declaration).read_text())
     seeds = parse_seeds(args.seeds or declaration["seeds"])
+    for rule in declaration["rules"]:
+        t_quantile(len(seeds) - 1, rule.get("confidence", 0.95))  # an untabled confidence: refused before any run
     if args.results:
         results = json.loads(Path(args.results).read_text())["results"]
+    elif args.from_runs:
+        results = [r for r in results_of(args.from_runs, declaration["testbed"]["epochs"]) if r["seed"] in seeds]
     else:
         with tempfile.TemporaryDirectory() as tmp:
             results = run_all(declaration, seeds, args.out or tmp, args.jobs)
+    if args.save:  # the raw results first: nothing played is lost if the report fails
+        Path(args.save).write_text(json.dumps({"declaration": declaration, "seeds": seeds, "results": results},
+                                              indent=1))
     summary = report(declaration, results)
     if args.save:
         Path(args.save).write_text(json.dumps({"declaration": declaration, "seeds": seeds, "results": results,
