@@ -169,10 +169,10 @@ class MemoryBank:
         return self._index.quarantined()
 
     def recall(self, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
-        """Phase A: (ids, similarities) of the candidates, best first (grouped unless `recall="memories"`)."""
+        """Phase A: (ids, similarities) of the candidates, best first (grouped with `recall="groups"`)."""
         return self._index.recall(vector, params)
 
-    # -- similarity statistics for z(sim), Q statistics for z(Q) ---------------------
+    # -- similarity statistics for z(sim) (`sim_stats="bank"`) ------------------------
 
     def similarity_stats(self) -> tuple[float, float]:
         """(mean, std) used for z(sim): a user override, else the bank's own statistics."""

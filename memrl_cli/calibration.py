@@ -1,6 +1,7 @@
 """A bank's own statistics for Phase B's z-scores: the similarity statistics of z(sim) (measured
-between stored intents and refreshed as the bank grows, or fixed by the user): used by the
-`sim_stats="bank"` switch, or always when the user fixed them (`memrl calibrate --mean --std`).
+between stored intents and refreshed as the bank grows, or fixed by the user with `memrl calibrate
+--mean --std`): z(sim) uses them only with the `sim_stats="bank"` switch (the default standardises
+over the candidates, as the paper).
 """
 
 from __future__ import annotations
@@ -25,13 +26,8 @@ class Calibration:
     def __init__(self, db: BankConnection) -> None:
         self.db = db
 
-    def override(self) -> tuple[float, float] | None:
-        """The (mean, std) the user fixed for this bank (`memrl calibrate --mean --std`), if any."""
-        stats = self.similarity_stats()
-        return stats if self.db.meta("sim_stats_override") else None
-
     def similarity_stats(self) -> tuple[float, float]:
-        """(mean, std) used for z(sim): a user override, else the bank's own statistics."""
+        """The bank's (mean, std) for z(sim) under `sim_stats="bank"`: a user override, else its measured ones."""
         def read() -> tuple[float, float]:
             override = self.db.meta("sim_stats_override")
             if override:

@@ -454,12 +454,12 @@ def explain(retrieval_id: int = typer.Argument(..., help="A retrieval id."), db:
 
 @app.command()
 def calibrate(
-    mean: Optional[float] = typer.Option(None, help="Fix the similarity mean used by z(sim)."),
-    std: Optional[float] = typer.Option(None, help="Fix the similarity std used by z(sim)."),
-    clear: bool = typer.Option(False, "--clear", help="Drop a fixed override and use the bank's own statistics."),
+    mean: Optional[float] = typer.Option(None, help="Fix the bank's similarity mean (used by --sim-stats bank)."),
+    std: Optional[float] = typer.Option(None, help="Fix the bank's similarity std (used by --sim-stats bank)."),
+    clear: bool = typer.Option(False, "--clear", help="Drop the fixed values and use the bank's measured statistics."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
-    """Recompute the bank's similarity statistics for z(sim), or fix them."""
+    """Recompute the bank's similarity statistics (z(sim) under --sim-stats bank), or fix them."""
     with command(as_json):
         emit(open_bank(db, create=False).calibrate(mean, std, clear), as_json, lambda d: print(json.dumps(d, indent=2)))
 

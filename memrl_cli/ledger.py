@@ -9,6 +9,7 @@ goes through `Ledger.reward_many`, so none can move Q further.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -136,10 +137,10 @@ class Ledger:
         """
         experience = check_text(experience, "experience", "")
         with self.db.transaction() as conn:
-            row = next(iter(self.db.store.rows_by_id("memories", "intent", [memory_id], lock=True)), None)
+            row = next(iter(self.db.store.rows_by_id("memories", "intent, metadata", [memory_id], lock=True)), None)
             if row is None:
                 raise MemrlError(f"unknown memory id {memory_id}")
-            digest = content_hash(row[0], experience)
+            digest = content_hash(row[0], experience, json.loads(row[1] or "{}"))
             if conn.execute("SELECT 1 FROM memories WHERE content_hash = ? AND id <> ?", (digest, memory_id)).fetchone():
                 return False
             conn.execute("UPDATE memories SET experience = ?, content_hash = ?, updated_at = ? WHERE id = ?",

@@ -79,10 +79,9 @@ class Retriever:
                 query_vec = self.vectors.query_vector(query, vector)
             id_list, sim_list = self.index.recall(query_vec, params)
             if id_list:  # Q and text of every candidate in one read: the selected ones are among them
-                rows = {r[0]: r for r in self.db.by_ids("id, q, intent, experience, outcome, visits", "memories",
+                rows = {r[0]: r for r in self.db.by_ids("id, q, intent, experience, outcome", "memories",
                                                         id_list)}
-                candidates = [Candidate(i, s, float(rows[i][1]), visits=int(rows[i][5]))
-                              for i, s in zip(id_list, sim_list)]
+                candidates = [Candidate(i, s, float(rows[i][1])) for i, s in zip(id_list, sim_list)]
                 if params.selector == "memrl-conditioned":
                     self.condition(candidates, query_vec)
                 if sim_stats is None:  # the receipt records the statistics actually used
@@ -98,14 +97,11 @@ class Retriever:
                          query_vec if candidates else None)
 
     def sim_stats(self, params: RetrieveParams) -> tuple[float, float] | None:
-        """z(sim)'s fixed (mean, std): the call's constants, else the bank's user-fixed ones, else with the
-        `sim_stats="bank"` switch the bank's measured ones; None to standardise over the candidates (the paper)."""
+        """z(sim)'s fixed (mean, std): the call's constants, else with the `sim_stats="bank"` switch the bank's
+        (those fixed by `memrl calibrate --mean --std`, else measured); None to standardise over the candidates."""
         if params.sim_mean is not None and params.sim_std is not None:
             return params.sim_mean, params.sim_std
-        fixed = self.calibration.override()
-        if fixed is not None or params.sim_stats == "candidates":
-            return fixed
-        return self.calibration.similarity_stats()
+        return self.calibration.similarity_stats() if params.sim_stats == "bank" else None
 
     def record(self, retrieval: Retrieval) -> int:
         """Store the receipt of a retrieval made with `record=False`, exactly as `retrieve` would have;

@@ -29,8 +29,10 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def content_hash(intent: str, experience: str, episode: str | None = None) -> str:
-    """Identity of a memory's content: exact duplicates share it, unless each names its own `episode`."""
+def content_hash(intent: str, experience: str, metadata: dict[str, Any] | None = None) -> str:
+    """Identity of a memory's content: exact duplicates share it, unless each names its own episode
+    (`metadata["episode"]`, which a benchmark run sets when its `dedup` switch is off)."""
+    episode = (metadata or {}).get("episode")
     key = f"{intent}\x00{experience}" if episode is None else f"{intent}\x00{experience}\x00{episode}"
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -69,7 +71,6 @@ class MemoryInput:
     q: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     vector: list[float] | None = None
-    episode: str | None = None  # the episode this memory records: stored even beside an identical memory
 
     @classmethod
     def parse(cls, obj: Any, where: str = "") -> MemoryInput:
@@ -119,4 +120,4 @@ def memory_row(item: MemoryInput, encoded: Any, stamp: str, stored: dict[str, An
     return (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
             stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
             stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
-            content_hash(item.intent, item.experience, item.episode), encoded)
+            content_hash(item.intent, item.experience, item.metadata), encoded)

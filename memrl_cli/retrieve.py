@@ -132,7 +132,6 @@ class Candidate:
     z_q: float = 0.0
     score: float = 0.0
     selected_rank: int | None = None
-    visits: int = 0
     utility: float | None = None  # `memrl-conditioned`: the query-conditioned utility
     transfer: float = 0.0  # `memrl-conditioned`: the memory's transfer record (`transfer_record`)
     extra: dict[str, Any] = field(default_factory=dict)

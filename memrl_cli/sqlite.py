@@ -334,11 +334,18 @@ class SqliteStore(Store):
             conditions.append("quarantined_at IS NULL")
             fetch = k
         where = f" AND memory_id IN (SELECT id FROM memories WHERE {' AND '.join(conditions)})" if conditions else ""
-        rows = self.conn.execute(f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}",
-                                 (self.encode(vector), fetch, *args)).fetchall()
+        sql = f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}"
+        rows = self.conn.execute(sql, (self.encode(vector), fetch, *args)).fetchall()
+        # Memories tied with the k-th at the end of the list: fetch until past the tie, so the caller's tie rule
+        # (phase_a: the newest first) chooses among all of them, not sqlite-vec's order.
+        while len(rows) == fetch and fetch < KNN_MAX and k <= len(rows) and rows[-1][1] == rows[k - 1][1]:
+            fetch = min(2 * fetch, KNN_MAX)
+            rows = self.conn.execute(sql, (self.encode(vector), fetch, *args)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
-        keep = np.flatnonzero(~np.isin(ids, hidden))[:k]
+        keep = np.flatnonzero(~np.isin(ids, hidden))
+        if len(keep) > k:  # all the rows tied with the k-th: phase_a keeps k of them, newest first
+            keep = keep[sims[keep] >= sims[keep[k - 1]]]
         if threshold is not None:
             keep = keep[sims[keep] >= np.float64(threshold)]
         return ids[keep], sims[keep], None

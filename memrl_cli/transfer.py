@@ -181,7 +181,7 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
     with bank.transaction(), bank.importing(vectors) as insert:
         store = bank.store
         for (memory, stored), vector in zip(records, vectors):
-            existing = store.memory_with_content(content_hash(memory.intent, memory.experience))
+            existing = store.memory_with_content(content_hash(memory.intent, memory.experience, memory.metadata))
             ledger = stored.get("ledger", [])
             if existing is None:
                 mid = insert(memory, vector, stamp, stored)

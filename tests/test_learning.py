@@ -95,6 +95,17 @@ def test_transfer_record_is_no_prior_at_the_memorys_own_task(bank_at):
     assert utility["third task"] == pytest.approx(-2 / 3, abs=1e-6)
 
 
+def test_ties_go_to_the_newest_memory_through_the_sqlite_vec_index(tmp_path):
+    """sqlite-vec's KNN returns tied rows in its own order: the search reads past the tie, so the newest win."""
+    bank = MemoryBank(str(tmp_path / "vec.db"), "external:test:8", index="vec")
+    vector = np.eye(8)[0].tolist()
+    with bank:
+        ids = [r.id for r in bank.ingest_many([{"intent": "heat the apple", "experience": f"attempt {i}",
+                                                "vector": vector} for i in range(12)])]
+        got = bank.retrieve("heat the apple", RetrieveParams(k1=5, k2=3, lam=0.0), vector=vector)
+    assert [c.memory_id for c in got.candidates] == ids[::-1][:5]
+
+
 def test_grouped_recall_sees_the_whole_group(bank_at):
     """The `recall="groups"` switch: k1 counts intent groups, so all eight tied memories are candidates."""
     bank, failures, successes = tie_bank(bank_at("b"))

@@ -47,3 +47,11 @@ def test_a_default_run_is_the_papers_rule() -> None:
     """`--method memrl` with nothing switched on: no departure in its retrieval parameters."""
     assert BenchConfig(benchmark="x").retrieve_params(0).departures() == {}
     assert BenchConfig(benchmark="x", recall="groups").retrieve_params(0).departures() == {"recall": "groups"}
+
+
+def test_retrieve_params_are_the_papers_or_a_declared_switch() -> None:
+    """A new retrieval knob must be either one of the paper's parameters or a departure in `DEPARTURES` (and so in
+    the table): this list is the paper's, plus the grouped recall's own settings and the caller's source filter."""
+    papers = {"k1", "k2", "lam", "threshold", "epsilon", "seed", "sim_mean", "sim_std", "q_min"}
+    grouped = {"group_threshold", "pool"}  # meaningful only under recall="groups"
+    assert {f.name for f in fields(RetrieveParams)} - papers - grouped - {"sources"} == set(DEPARTURES)

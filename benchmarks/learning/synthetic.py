@@ -120,6 +120,8 @@ class Synthetic:
         """A uniform number in [0, 1): per attempt, fixed by the luck seed and the episode's `seed` (its place
         in the stream); with `luck="prompt"` (a diagnostic), by the task and the memories shown."""
         if self.luck_mode == "attempt":
+            if seed is None:
+                raise ValueError("luck per attempt needs the episode's seed (the harness passes it: takes_seed)")
             key = f"{self.luck_seed}/attempt/{seed}"
         else:
             key = f"{self.luck_seed}/{task.id}/{','.join(str(m['id']) for m in memories)}"

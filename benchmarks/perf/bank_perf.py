@@ -350,7 +350,7 @@ def main() -> None:
         if args.rewards_only:
             results = measure_rewards_only(sizes[-1], Path(scratch), args.seed, progress=report)
         else:
-            results = measure(sizes, args.queries, Path(scratch), RetrieveParams(), args.seed,
+            results = measure(sizes, args.queries, Path(scratch), RetrieveParams(recall="groups"), args.seed,
                               (args.embed_texts, args.embed_rounds), progress=report)
     results["machine"] = {"python": platform.python_version(), "platform": platform.platform(),
                           "sqlite": sqlite3.sqlite_version}

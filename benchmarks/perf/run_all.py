@@ -233,7 +233,7 @@ def main() -> None:
                                            "cpus": os.cpu_count(), "sqlite": sqlite3.sqlite_version},
                                "load_average_before": load_before}
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
-        results["bank"] = bank_perf.measure(sizes, args.queries, Path(scratch), RetrieveParams(), progress=progress)
+        results["bank"] = bank_perf.measure(sizes, args.queries, Path(scratch), RetrieveParams(recall="groups"), progress=progress)
         progress("cold CLI")
         results["cold_cli"] = cold_cli.measure(folder=Path(scratch))
         if not args.skip_postgres:

@@ -88,8 +88,9 @@ def commit(bank: MemoryBank, config: BenchConfig, run_id: str, batch: Batch, rec
                     intent=task.query, experience=p.experience, outcome="success" if ep.success else "failure",
                     task_id=task.id, source=source, q=c.initial_q(ep.success), vector=vector,
                     metadata={"run": run_id, "epoch": epoch, "status": ep.status, "steps": ep.steps,
-                              "injected": memory_ids, **ep.info},
-                    episode=None if c.dedup else f"{run_id}/{phase}/{batch.split}/{epoch}/{batch.start + i}")])[0].id
+                              "injected": memory_ids, **ep.info,
+                              **({} if c.dedup else {"episode": f"{run_id}/{phase}/{batch.split}/{epoch}/{batch.start + i}"})},
+                    )])[0].id
             rows.append({"phase": phase, "split": batch.split, "epoch": epoch, "batch": batch.index,
                          "position": batch.start + i, "task_id": task.id, "success": ep.success,
                          "reward": reward if phase == "train" and not (c.skip_env_errors and ep.env_error) else None,

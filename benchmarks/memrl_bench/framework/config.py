@@ -38,6 +38,11 @@ def _at_least_1(name: str, value: Any) -> None:
     validators.whole(name, value, 1)
 
 
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise MemrlError(f"{name} must be true or false, got {value!r}")
+
+
 def _eval_splits(name: str, value: Any) -> None:
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
         raise MemrlError(f"{name} must be a list of split names")
@@ -95,10 +100,10 @@ class BenchConfig:
     recall: str = "memories"
     group_threshold: float = setting(0.9, check=validators.finite)
     pool: int = setting(64, check=_at_least_1)
-    member_similarity: bool = False
+    member_similarity: bool = setting(False, check=_flag)
     sim_stats: str = "candidates"
-    dedup: bool = False
-    skip_env_errors: bool = False
+    dedup: bool = setting(False, check=_flag)
+    skip_env_errors: bool = setting(False, check=_flag)
     embedder: str | None = None
     seed: int = setting(0, check=validators.whole)
     data: str | None = None
