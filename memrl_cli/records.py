@@ -20,7 +20,8 @@ from memrl_cli.errors import MemrlError
 OUTCOMES = ("success", "failure", "unknown")
 MAX_TEXT_BYTES = 1_000_000
 MEMORY_COLUMNS = ("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits", "created_at",
-                  "updated_at", "last_used_at", "metadata", "content_hash", "embedding")
+                  "updated_at", "last_used_at", "metadata", "content_hash", "scope", "embedding")  # the vector last
+MAX_SCOPE_CHARS = 200
 Progress = Callable[[int], None]
 
 
@@ -29,9 +30,10 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def content_hash(intent: str, experience: str) -> str:
-    """Identity of a memory's content: exact duplicates share it."""
-    return hashlib.sha256(f"{intent}\x00{experience}".encode()).hexdigest()
+def content_hash(intent: str, experience: str, scope: str | None = None) -> str:
+    """Identity of a memory's content: exact duplicates share it. The same text in two scopes is two
+    memories (alice's and bob's); without a scope, the hash of older memrl."""
+    return hashlib.sha256(f"{intent}\x00{experience}{'' if scope is None else chr(0) + scope}".encode()).hexdigest()
 
 
 def check_text(value: Any, name: str, where: str) -> str:
@@ -47,6 +49,19 @@ def check_text(value: Any, name: str, where: str) -> str:
         raise MemrlError(f"{where}{name} is not valid UTF-8 text") from None
     if "\x00" in value:
         raise MemrlError(f"{where}{name} contains a NUL byte (binary data is not text)")
+    return value
+
+
+def check_scope(value: Any, where: str = "") -> str | None:
+    """A memory's scope: None, or a short text without the pattern characters `*`, `?` and `[` (so
+    that a retrieval's scope pattern matches it unambiguously), e.g. `user:alice`, `agent:planner`."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_SCOPE_CHARS:
+        raise MemrlError(f"{where}scope must be a non-empty string of at most {MAX_SCOPE_CHARS} characters")
+    if any(c in value for c in "*?[\x00"):
+        raise MemrlError(f"{where}scope {value!r} contains a pattern character (*, ? or [): those are for "
+                         "retrieving, e.g. --scope 'team:*'")
     return value
 
 
@@ -68,13 +83,14 @@ class MemoryInput:
     q: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     vector: list[float] | None = None
+    scope: str | None = None  # who the memory belongs to (`user:alice`): retrieval with scopes filters on it
 
     @classmethod
     def parse(cls, obj: Any, where: str = "") -> MemoryInput:
         """Validate a dict (a JSONL line, API arguments); `where` prefixes error messages."""
         if not isinstance(obj, dict):
             raise MemrlError(f"{where}expected a JSON object, got {type(obj).__name__}")
-        unknown = set(obj) - {"intent", "experience", "outcome", "task_id", "source", "q", "metadata", "vector"}
+        unknown = set(obj) - {"intent", "experience", "outcome", "task_id", "source", "q", "metadata", "vector", "scope"}
         if unknown:
             raise MemrlError(f"{where}unknown field(s) {', '.join(sorted(unknown))}")
         outcome = obj.get("outcome") or "unknown"
@@ -96,7 +112,8 @@ class MemoryInput:
         if source is not None and not isinstance(source, str):
             raise MemrlError(f"{where}source must be a string")
         return cls(check_text(obj.get("intent"), "intent", where), check_text(obj.get("experience"), "experience", where),
-                   outcome, None if task_id is None else str(task_id), source, float(q), metadata, vector)
+                   outcome, None if task_id is None else str(task_id), source, float(q), metadata, vector,
+                   check_scope(obj.get("scope"), where))
 
 
 @dataclass(frozen=True)
@@ -117,4 +134,4 @@ def memory_row(item: MemoryInput, encoded: Any, stamp: str, stored: dict[str, An
     return (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
             stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
             stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
-            content_hash(item.intent, item.experience), encoded)
+            content_hash(item.intent, item.experience, item.scope), item.scope, encoded)

@@ -77,6 +77,18 @@ CONDITION_TAU = 0.02  # query-similarity kernel width of `conditioned`
 CONDITION_PRIOR = 1.0  # pseudo-observations of the memory's own Q behind `conditioned`
 SAME_INTENT = 0.99  # `conditioned-t`: a query this close to a memory's intent is the memory's own task
 WIDE_SCALE = 1.0 / Z_CLIP  # `conditioned-ts`: a utility of ±1 is ±Z_CLIP in z units, the paper's z(Q) range
+FILTER_COLUMNS = ("source", "scope")  # the memory columns retrieval filters on, by shell-style patterns
+# Retrieval's filters: (column, patterns) pairs; a memory passes when, for each pair with patterns, its
+# column matches one of them (`Store.matches`).
+Filters = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def patterns(value: Any, name: str) -> tuple[str, ...]:
+    """A tuple of non-empty pattern strings (one string is one pattern); a MemrlError otherwise."""
+    found = (value,) if isinstance(value, str) else value or ()
+    if not isinstance(found, (list, tuple)) or not all(isinstance(p, str) and p for p in found):
+        raise MemrlError(f"{name} must be non-empty {name[:-1]} patterns, got {value!r}")
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -97,12 +109,11 @@ class RetrieveParams:
     pool: int = 64
     selector: str = "memrl"
     sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
+    scopes: tuple[str, ...] = ()  # only memories whose scope matches one of these patterns (`user:alice`, `team:*`)
 
     def __post_init__(self) -> None:
-        sources = (self.sources,) if isinstance(self.sources, str) else self.sources or ()
-        if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
-            raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
-        object.__setattr__(self, "sources", tuple(sources))
+        object.__setattr__(self, "sources", patterns(self.sources, "sources"))
+        object.__setattr__(self, "scopes", patterns(self.scopes, "scopes"))
         if self.recall not in RECALLS:
             raise MemrlError(f"recall must be one of {', '.join(RECALLS)}, got {self.recall!r}")
         if self.selector not in SELECTORS:
@@ -129,6 +140,11 @@ class RetrieveParams:
     def to_dict(self) -> dict[str, Any]:
         """The parameters as stored in a receipt."""
         return asdict(self)
+
+    @property
+    def filters(self) -> Filters:
+        """What Phase A filters on: the source and scope patterns."""
+        return (("source", self.sources), ("scope", self.scopes))
 
 
 @dataclass
