@@ -8,7 +8,6 @@ search (`Store.knn`: sqlite-vec, pgvector exact or HNSW). Quarantined memories a
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np

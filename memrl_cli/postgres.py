@@ -429,8 +429,9 @@ class PostgresStore(Store):
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
         distance = "v.embedding <=> ?" if hnsw else "(v.embedding <=> ?) + 0"
         conditions: list[str] = [VISIBLE] if hidden is not None and len(hidden) else []
-        more, args = self.filter_condition(filters)
+        more, patterns = self.filter_condition(filters)
         conditions += more
+        args: list[Any] = list(patterns)
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         rows_from = "memories v"  # filters name columns of the memory row, which only `memories` has
         if hnsw and self.graph_table() == "memory_vectors":
