@@ -646,8 +646,10 @@ def import_cmd(
 
         with open_input(source_file) as stream:
             exported_with, records = read_export(stream)  # validate all before opening (or creating) the bank
-        counts = import_records(open_bank(db, embedder), records, exported_with, merge_duplicates=merge_duplicates,
-                                source_name=os.path.basename(source_file))
+        bank = open_bank(db, embedder)
+        with progress_bar("embedding", len(records)) as advance:
+            counts = import_records(bank, records, exported_with, advance, merge_duplicates=merge_duplicates,
+                                    source_name=os.path.basename(source_file))
         emit(counts, as_json, lambda d: print(f"imported {count(d['created'], 'memory', 'memories')}, "
                                               f"{count(d['duplicates'], 'duplicate', 'duplicates')} skipped, "
                                               f"{d['merged']} merged"))

@@ -87,3 +87,42 @@ def test_receipts_is_a_hidden_alias_of_log() -> None:
     commands = [line.split()[0] for line in listing.split("Commands:")[1].splitlines() if line.startswith("  ")]
     assert "log" in commands and "receipts" not in commands
     assert "--unrewarded" in run_memrl("receipts", "--help").stdout  # the same options as log
+
+
+def on_a_terminal(*args: str) -> tuple[bytes, bytes]:
+    """Run `memrl ARGS` with stderr on a pseudo-terminal: (stdout, what the terminal showed)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "memrl_cli", *args], stderr=follower, stdout=subprocess.PIPE,
+                          env=cli_env(COLUMNS="80", TERM="xterm"), timeout=120)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert done.returncode == 0, shown
+    return done.stdout, shown
+
+
+def test_bulk_ingest_and_import_show_progress_on_a_terminal_only(tmp_path) -> None:
+    source = tmp_path / "m.jsonl"
+    source.write_text("".join(json.dumps({"intent": f"task {i % 3}", "experience": f"try {i}"}) + "\n"
+                              for i in range(30)))  # the local embedder: three texts to embed
+    for command, said in ((["ingest", "--jsonl", str(source)], b"ingested 30 memories"),
+                          (["import", str(source)], b"imported 30 memories")):
+        out, shown = on_a_terminal(*command, "--db", str(tmp_path / f"{command[0]}.db"))
+        assert said in out and b"embedding" in shown  # the progress bar, drawn on the terminal
+        piped = run_memrl(*command, "--db", str(tmp_path / f"{command[0]}-piped.db"))
+        assert said.decode() in piped.stdout and piped.stderr == ""  # not a terminal: no bar
