@@ -560,6 +560,8 @@ def inspect_cmd(
 def _render_memory(d: dict[str, Any]) -> None:
     print(f"memory {d['id']}  q={d['q']:.4f}  visits={d['visits']}  outcome={d['outcome']}  source={d['source']}"
           + (f"  QUARANTINED since {d['quarantined_at']}" if d["quarantined_at"] else "")
+          + (f"  FORGOTTEN at {d['forgotten_at']}" if d.get("forgotten_at") else "")
+          + (f" (replaced by {d['replaced_by']})" if d.get("replaced_by") else "")
           + f"\nintent: {d['intent']}\nexperience:\n{d['experience']}")
     if d["quarantine_log"]:
         table(d["quarantine_log"], ["action", "reason", "actor", "created_at"], "quarantine log")
