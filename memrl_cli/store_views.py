@@ -101,6 +101,10 @@ class BankViews:
         """(id, q, q_init) of every memory."""
         return [(int(i), q, q_init) for i, q, q_init in self.conn.execute("SELECT id, q, q_init FROM memories")]
 
+    def forgotten_count(self) -> int:
+        """How many memories are forgotten (`memrl forget`, and the versions `memrl edit` replaced)."""
+        return int(self.conn.execute("SELECT count(*) FROM memories WHERE forgotten_at IS NOT NULL").fetchone()[0])
+
     def outcome_counts(self) -> dict[str, int]:
         """Memories per outcome."""
         return {k: int(v) for k, v in self.conn.execute("SELECT outcome, count(*) FROM memories GROUP BY outcome")}

@@ -120,6 +120,7 @@ def test_forget_is_a_tombstone_that_keeps_the_ledger(bank_at: Callable[[str], st
         assert report["ledger_rows"] == 2  # the rewards stay
         assert [r["kind"] for r in inspection.memory(b, gone)["ledger"]] == ["reward"]
         assert memories.list_memories(b) == []
+        assert inspection.stats(b)["forgotten"] == 2
         assert [m["id"] for m in memories.list_memories(b, forgotten=True)] == [kept, gone]
         out = io.StringIO()
         assert export_jsonl(b, out) == 0  # gone for whoever reads the export
