@@ -158,11 +158,13 @@ class MemoryBank:
         return self._index.rebuild()
 
     def search(self, vector: np.ndarray, k1: int, threshold: float,
-               sources: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+               sources: Sequence[str] = (), scopes: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Phase A: (ids, similarities) of the top-k1 memories at or above `threshold`, best first,
-        among those retrieval may return: never a quarantined memory, and with `sources`, only
-        memories whose source matches one of these shell-style patterns (`Store.matches`)."""
-        return self._index.search(vector, k1, threshold, sources)
+        among those retrieval may return: never a quarantined or forgotten memory, and with `sources`
+        (`scopes`), only memories whose source (scope) matches one of these shell-style patterns
+        (`Store.matches`)."""
+        return self._index.search(vector, k1, threshold, RetrieveParams(sources=tuple(sources),
+                                                                        scopes=tuple(scopes)).filters)
 
     def quarantined(self) -> np.ndarray:
         """Ids of the quarantined memories, ascending (see `memrl_cli.hygiene`)."""
@@ -184,11 +186,12 @@ class MemoryBank:
 
     def ingest(self, intent: str, experience: str, outcome: str = "unknown", *, task_id: str | None = None,
                source: str | None = None, q: float = 0.0, metadata: dict[str, Any] | None = None,
-               vector: list[float] | None = None) -> IngestResult:
-        """Store one memory; an exact duplicate (same intent and experience) returns the existing id."""
+               vector: list[float] | None = None, scope: str | None = None) -> IngestResult:
+        """Store one memory; an exact duplicate (same intent, experience and scope) returns the existing id.
+        `scope` (e.g. `user:alice`) is whom it belongs to: `RetrieveParams(scopes=...)` filters on it."""
         record = MemoryInput.parse({"intent": intent, "experience": experience, "outcome": outcome,
                                     "task_id": task_id, "source": source, "q": q, "metadata": metadata,
-                                    "vector": vector})
+                                    "vector": vector, "scope": scope})
         return self._writer.ingest_many([record])[0]
 
     def ingest_many(self, records: Iterable[MemoryInput | dict[str, Any]], progress: Progress | None = None) -> list[IngestResult]:

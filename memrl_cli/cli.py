@@ -186,6 +186,8 @@ def ingest(
     outcome: str = typer.Option("unknown", help="success, failure or unknown."),
     task_id: Optional[str] = typer.Option(None, help="Your id for the task."),
     source: Optional[str] = typer.Option(None, help="Where the memory came from."),
+    scope: Optional[str] = typer.Option(None, help="Whom the memory belongs to, e.g. user:alice (retrieve "
+                                                   "--scope filters on it)."),
     q: str = typer.Option("0", help="Initial Q."),
     metadata: Optional[str] = typer.Option(None, help="A JSON object stored with the memory."),
     vector: Optional[str] = typer.Option(None, help="The intent's embedding as a JSON list (skip embedding)."),
@@ -199,10 +201,13 @@ def ingest(
         if jsonl is not None:
             if intent is not None or experience is not None:
                 raise MemrlError("give either --jsonl or --intent/--experience, not both")
+            from memrl_cli.records import check_scope
             from memrl_cli.transfer import parse_ingest_lines
 
             with open_input(jsonl) as stream:
                 records = parse_ingest_lines(stream)
+            for record in records:  # --scope: the scope of the lines that give none
+                record.scope = record.scope or check_scope(scope)
             bank = open_bank(db, embedder)
             with progress_bar("embedding", len(records)) as advance:
                 results = bank.ingest_many(records, advance)
@@ -217,7 +222,7 @@ def ingest(
         bank = open_bank(db, embedder)
         result = bank.ingest(intent, experience, outcome, task_id=task_id, source=source,
                              q=parse_number(q, "q") or 0.0, metadata=parse_json_option(metadata, "metadata"),
-                             vector=parse_json_option(vector, "vector"))
+                             vector=parse_json_option(vector, "vector"), scope=scope)
         emit({"id": result.id, "created": result.created}, as_json,
              lambda d: print(f"memory {d['id']} " + ("created" if d["created"] else "already stored (duplicate)")))
 
@@ -248,6 +253,8 @@ def retrieve(
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
     source: Optional[list[str]] = typer.Option(None, "--source", help="Only memories whose source matches this "
                                                "pattern (* any text, ? one character; repeatable: any of them)."),
+    scope: Optional[list[str]] = typer.Option(None, "--scope", help="Only memories whose scope matches this pattern "
+                                              "(user:alice, team:*; repeatable: any of them)."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
     """Find the memories to inject for QUERY; prints a retrieval id to reward later."""
@@ -257,7 +264,8 @@ def retrieve(
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
                                 sim_mean=sim_mean, sim_std=sim_std, q_min=q_min, recall=recall,
                                 group_threshold=group_threshold, pool=pool, member_similarity=member_similarity,
-                                sim_stats=sim_stats, selector=selector, sources=tuple(source or ()))
+                                sim_stats=sim_stats, selector=selector, sources=tuple(source or ()),
+                                scopes=tuple(scope or ()))
         bank = open_bank(db, create=False)
         result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
         emit(result.to_dict(), as_json, lambda d: table(
@@ -268,6 +276,7 @@ def retrieve(
 @app.command()
 def reward(
     retrieval: Optional[int] = typer.Option(None, help="Reward the memories this retrieval selected."),
+    last: bool = typer.Option(False, "--last", help="Reward the newest retrieval not rewarded yet (see `memrl log`)."),
     memory: Optional[list[int]] = typer.Option(None, help="Reward this memory id (repeatable)."),
     reward_value: Optional[str] = typer.Option(None, "--reward", help="The reward R (e.g. 1 success, -1 failure), "
                                                "within the bank's reward range ([-1, 1] unless `memrl config` widens it)."),
@@ -281,6 +290,8 @@ def reward(
 ) -> None:
     """Update Q of rewarded memories by Q ← Q + α(R − Q), atomically, with a ledger row each."""
     with command(as_json):
+        if jsonl is not None and last:
+            raise MemrlError("give either --jsonl or --last, not both")
         if jsonl is not None:
             from memrl_cli.transfer import read_jsonl
 
@@ -297,13 +308,157 @@ def reward(
             from memrl_cli.ledger import RewardedAlready
 
             bank = open_bank(db, create=False)
+            if last:
+                if retrieval is not None or memory:
+                    raise MemrlError("give one of --last, --retrieval and --memory")
+                from memrl_cli.memories import last_unrewarded
+
+                retrieval = last_unrewarded(bank)
             try:
                 updates = bank.reward(reward_value, retrieval_id=retrieval, memory_ids=memory or None,  # type: ignore[arg-type]
                                       alpha=alpha, floor=floor, source=source, allow_repeat=allow_repeat)  # type: ignore[arg-type]
             except RewardedAlready as exc:
                 raise MemrlError(f"retrieval {exc.retrieval_id} was already rewarded; pass --allow-repeat to reward "
                                  "it again") from None
-        emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q updates"))
+        done: dict[str, Any] = {"updated": updates, **({"retrieval_id": retrieval} if last else {})}
+        emit(done, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"],
+                                            f"Q updates (retrieval {retrieval})" if last else "Q updates"))
+
+
+FORMATS = ("table", "csv", "nl", "json")
+
+
+def output_format(**chosen: bool) -> str:
+    """The one output format switched on (`--table`, the default, `--csv`, `--nl`, `--json`)."""
+    on = [name for name in FORMATS if chosen.get(name)]
+    if len(on) > 1:
+        raise MemrlError(f"choose one of {', '.join('--' + n for n in FORMATS)}")
+    return on[0] if on else "table"
+
+
+def write_rows(rows: list[dict[str, Any]], columns: list[str], fmt: str, key: str, title: str) -> None:
+    """Rows as a table, CSV (a header, then every field in full), newline-delimited JSON objects, or one JSON
+    object {key: rows}, as sqlite-utils prints them."""
+    if fmt == "json":
+        emit({key: rows}, True)
+    elif fmt == "nl":
+        for row in rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        table(rows, columns, title)
+
+
+@app.command()
+def memories(
+    outcome: Optional[list[str]] = typer.Option(None, "--outcome", help="Only this outcome: success, failure or "
+                                                "unknown (repeatable: any of them)."),
+    source: Optional[list[str]] = typer.Option(None, "--source", help="Only memories whose source matches this "
+                                               "pattern (* any text, ? one character; repeatable)."),
+    scope: Optional[list[str]] = typer.Option(None, "--scope", help="Only memories whose scope matches this "
+                                              "pattern (user:alice, team:*; repeatable)."),
+    q_min: Optional[str] = typer.Option(None, "--q-min", help="Only memories with Q at least this."),
+    q_max: Optional[str] = typer.Option(None, "--q-max", help="Only memories with Q at most this."),
+    text: Optional[str] = typer.Option(None, "--text", help="Only memories whose intent or experience contains "
+                                                            "this text (case-insensitive)."),
+    forgotten: bool = typer.Option(False, "--forgotten", help="List the forgotten memories (and edits' old "
+                                                              "versions) instead."),
+    order: str = typer.Option("newest", help="newest, oldest, q (highest first) or visits (most first)."),
+    limit: int = typer.Option(50, help="At most this many memories."),
+    as_table: bool = typer.Option(False, "--table", help="A table for people (the default)."),
+    as_csv: bool = typer.Option(False, "--csv", help="CSV: a header line, then every field in full."),
+    as_nl: bool = typer.Option(False, "--nl", help="One JSON object per memory per line."),
+    db: Optional[str] = DB, as_json: bool = typer.Option(False, "--json", help="One JSON object: {\"memories\": [...]}."),
+) -> None:
+    """List memories, filtered by outcome, source, scope, Q range and text, as a table, CSV or JSON."""
+    with command(as_json):
+        from memrl_cli.memories import list_memories
+
+        fmt = output_format(table=as_table, csv=as_csv, nl=as_nl, json=as_json)
+        rows = list_memories(open_bank(db, create=False), outcomes=outcome or (), sources=source or (),
+                             scopes=scope or (), q_min=parse_number(q_min, "q-min"), q_max=parse_number(q_max, "q-max"),
+                             text=text, forgotten=forgotten, order=order, limit=limit)
+        write_rows(rows, ["id", "outcome", "q", "visits", "scope", "source", "intent", "experience"], fmt, "memories",
+                   count(len(rows), "memory", "memories") + (" (forgotten)" if forgotten else ""))
+
+
+@app.command()
+def log(
+    number: int = typer.Option(10, "--count", "-n", help="How many retrievals, newest first."),
+    unrewarded: bool = typer.Option(False, "--unrewarded", help="Only retrievals that selected memories and "
+                                                                "were not rewarded yet."),
+    db: Optional[str] = DB, as_json: bool = typer.Option(False, "--json", help="One JSON object: {\"receipts\": [...]}."),
+) -> None:
+    """Recent retrievals (receipts): the task, the memories selected, and whether (and how) each was rewarded."""
+    with command(as_json):
+        from memrl_cli.memories import receipts
+
+        rows = receipts(open_bank(db, create=False), number, unrewarded)
+        emit({"receipts": rows}, as_json, lambda d: table(
+            d["receipts"], ["id", "created_at", "memories", "rewarded", "reward", "query"],
+            count(len(rows), "retrieval", "retrievals") + (" waiting for a reward" if unrewarded else "")))
+
+
+app.command("receipts", hidden=True, help="The same as `memrl log`.")(log)
+
+
+@app.command()
+def forget(
+    ids: list[int] = typer.Argument(..., help="Memory ids to forget."),
+    db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Forget memories: never retrieved or exported again; their ledger and receipts stay (verify holds)."""
+    with command(as_json):
+        from memrl_cli.memories import forget as forget_memories
+
+        emit(forget_memories(open_bank(db, create=False), ids), as_json, lambda d: print(
+            f"forgot {count(len(d['forgotten']), 'memory', 'memories')}"
+            + (f"; already forgotten: {d['unchanged']}" if d["unchanged"] else "")))
+
+
+@app.command()
+def edit(
+    memory_id: int = typer.Argument(..., help="The memory to change."),
+    intent: Optional[str] = typer.Option(None, help="The new intent (embedded again)."),
+    experience: Optional[str] = typer.Option(None, help="The new experience text."),
+    outcome: Optional[str] = typer.Option(None, help="The new outcome: success, failure or unknown."),
+    vector: Optional[str] = typer.Option(None, help="The new intent's embedding as a JSON list (skip embedding)."),
+    db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """Change a memory's texts: its next version gets a new id and keeps Q and visits; `memrl history` shows both."""
+    with command(as_json):
+        from memrl_cli.memories import edit as edit_memory
+
+        emit(edit_memory(open_bank(db, create=False), memory_id, intent=intent, experience=experience, outcome=outcome,
+                         vector=parse_json_option(vector, "vector")),
+             as_json, lambda d: print(f"memory {d['replaces']} is now memory {d['id']}"
+                                      + (" (intent embedded again)" if d["reembedded"] else "")))
+
+
+@app.command()
+def history(
+    memory_id: int = typer.Argument(..., help="Any version's id."),
+    db: Optional[str] = DB, as_json: bool = JSON,
+) -> None:
+    """A memory's versions (each edit's), oldest first, each with its rewards and Q assignments."""
+    with command(as_json):
+        from memrl_cli.memories import history as memory_history
+
+        emit(memory_history(open_bank(db, create=False), memory_id), as_json, _render_history)
+
+
+def _render_history(d: dict[str, Any]) -> None:
+    for v in d["versions"]:
+        state = ("" if v["forgotten_at"] is None else f"  replaced by {v['replaced_by']} at {v['forgotten_at']}"
+                 if v["replaced_by"] is not None else f"  FORGOTTEN at {v['forgotten_at']}")
+        print(f"memory {v['id']}  created {v['created_at']}  q={v['q']:.4f}  visits={v['visits']}  "
+              f"outcome={v['outcome']}{state}\nintent: {v['intent']}\nexperience: {v['experience']}")
+        table(v["ledger"], ["id", "retrieval_id", "kind", "reward", "q_before", "q_after", "created_at"], "ledger")
 
 
 REASON = typer.Option(None, "--reason", help="Why (kept in the bank's records).")
@@ -418,6 +573,8 @@ def inspect_cmd(
 def _render_memory(d: dict[str, Any]) -> None:
     print(f"memory {d['id']}  q={d['q']:.4f}  visits={d['visits']}  outcome={d['outcome']}  source={d['source']}"
           + (f"  QUARANTINED since {d['quarantined_at']}" if d["quarantined_at"] else "")
+          + (f"  FORGOTTEN at {d['forgotten_at']}" if d.get("forgotten_at") else "")
+          + (f" (replaced by {d['replaced_by']})" if d.get("replaced_by") else "")
           + f"\nintent: {d['intent']}\nexperience:\n{d['experience']}")
     if d["quarantine_log"]:
         table(d["quarantine_log"], ["action", "reason", "actor", "created_at"], "quarantine log")
@@ -533,8 +690,10 @@ def import_cmd(
 
         with open_input(source_file) as stream:
             exported_with, records = read_export(stream)  # validate all before opening (or creating) the bank
-        counts = import_records(open_bank(db, embedder), records, exported_with, merge_duplicates=merge_duplicates,
-                                source_name=os.path.basename(source_file))
+        bank = open_bank(db, embedder)
+        with progress_bar("embedding", len(records)) as advance:
+            counts = import_records(bank, records, exported_with, advance, merge_duplicates=merge_duplicates,
+                                    source_name=os.path.basename(source_file))
         emit(counts, as_json, lambda d: print(f"imported {count(d['created'], 'memory', 'memories')}, "
                                               f"{count(d['duplicates'], 'duplicate', 'duplicates')} skipped, "
                                               f"{d['merged']} merged"))

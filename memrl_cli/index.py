@@ -8,16 +8,15 @@ search (`Store.knn`: sqlite-vec, pgvector exact or HNSW). Quarantined memories a
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from memrl_cli.connection import BankConnection
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams, group_recall, phase_a
+from memrl_cli.retrieve import SEARCH_WIDTH, Filters, RetrieveParams, group_recall, phase_a
 from memrl_cli.scan import MatrixIndex
-from memrl_cli.store import check_index_change
+from memrl_cli.store import VISIBLE, check_index_change
 
 IN_PROCESS = ("numpy", "bit")  # the `index=` choices searched in this process rather than by the engine
 
@@ -78,18 +77,19 @@ class SearchIndex:
             self._scan_version = version
         return scan
 
-    def search(self, vector: np.ndarray, k1: int, threshold: float, sources: Sequence[str] = (),
+    def search(self, vector: np.ndarray, k1: int, threshold: float, filters: Filters = (),
                recalled: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, similarities) of the top-k1 memories at or above `threshold`, best first, among those
-        retrieval may return: never a quarantined memory, and with `sources`, only memories whose
-        source matches one of these shell-style patterns (`Store.matches`). `recalled`: see
-        `MatrixIndex.search` (the bit index's shortlist when the search is wider than the recall)."""
-        found = self._engine_search(vector, k1, threshold, sources, vectors=False)
+        retrieval may return: never a quarantined or forgotten memory, and with `filters` ((column,
+        patterns) pairs: source, scope), only memories whose column matches one of its shell-style
+        patterns (`Store.matches`), for each. `recalled`: see `MatrixIndex.search` (the bit index's
+        shortlist when the search is wider than the recall)."""
+        found = self._engine_search(vector, k1, threshold, filters, vectors=False)
         if found is not None:
             return phase_a(found[1], found[0], k1, threshold)
-        return self._scan_search(vector, k1, threshold, sources, recalled)
+        return self._scan_search(vector, k1, threshold, filters, recalled)
 
-    def _scan_search(self, vector: np.ndarray, k1: int, threshold: float, sources: Sequence[str],
+    def _scan_search(self, vector: np.ndarray, k1: int, threshold: float, filters: Filters,
                      recalled: int | None) -> tuple[np.ndarray, np.ndarray]:
         """`search` in this process, over the in-process index (`MatrixIndex`)."""
         db = self.db
@@ -100,16 +100,16 @@ class SearchIndex:
                 print(f"memrl: warning: {problem}", file=sys.stderr)
         scan = self._load_matrix()
         mask = None
-        hidden = self.quarantined()
-        if len(hidden) or sources:
+        hidden = self.hidden()
+        conditions, args = db.store.filter_condition(filters)
+        if len(hidden) or conditions:
             mask = ~np.isin(scan.ids, hidden)
-            if sources:
-                condition, args = db.store.matches("source", sources)
+            if conditions:
                 mask &= np.isin(scan.ids, [r[0] for r in db.conn.execute(
-                    f"SELECT id FROM memories WHERE {condition}", args)])
+                    f"SELECT id FROM memories WHERE {' AND '.join(conditions)}", args)])
         return scan.search(vector, k1, threshold, mask, recalled)
 
-    def _engine_search(self, vector: np.ndarray, k: int, threshold: float, sources: Sequence[str],
+    def _engine_search(self, vector: np.ndarray, k: int, threshold: float, filters: Filters,
                        vectors: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
         """`Store.knn` of the k nearest at or above `threshold` (with their stored vectors if asked),
         when the engine searches this bank; None when it is searched in this process."""
@@ -118,7 +118,7 @@ class SearchIndex:
             return None
         if mode == "auto":  # the engine index the bank records (cached)
             mode = db.cached("index_kind", lambda: db.store.index_info()["kind"])
-        return db.store.knn(vector, k, mode, self.quarantined(), sources, threshold, vectors)
+        return db.store.knn(vector, k, mode, self.hidden(), filters, threshold, vectors)
 
     def quarantined(self) -> np.ndarray:
         """Ids of the quarantined memories, ascending (see `memrl_cli.hygiene`)."""
@@ -126,17 +126,23 @@ class SearchIndex:
             [r[0] for r in self.db.conn.execute("SELECT id FROM memories WHERE quarantined_at IS NOT NULL ORDER BY id")],
             dtype=np.int64))
 
+    def hidden(self) -> np.ndarray:
+        """Ids of the memories no retrieval returns, ascending: the quarantined and the forgotten ones."""
+        return self.db.cached("hidden", lambda: np.array(
+            [r[0] for r in self.db.conn.execute(f"SELECT id FROM memories WHERE NOT {VISIBLE} ORDER BY id")],
+            dtype=np.int64))
+
     def recall(self, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
         """Phase A: (ids, similarities) of the candidates, best first (grouped with `recall="groups"`)."""
         if params.recall == "memories":
-            ids, sims = self.search(vector, params.k1, params.threshold, params.sources)
+            ids, sims = self.search(vector, params.k1, params.threshold, params.filters)
             return ids.tolist(), sims.tolist()
         width = min(4096, max(params.k1, params.pool) * SEARCH_WIDTH)
-        found = self._engine_search(vector, width, params.threshold, params.sources, vectors=True)
+        found = self._engine_search(vector, width, params.threshold, params.filters, vectors=True)
         if found is not None:  # the vectors came with the search (group_recall sorts the rows itself)
             ids, sims, stored = found
         else:
-            ids, sims = self._scan_search(vector, width, params.threshold, params.sources, params.k1)
+            ids, sims = self._scan_search(vector, width, params.threshold, params.filters, params.k1)
             stored = None
         if not len(ids):
             return [], []

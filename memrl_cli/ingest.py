@@ -47,7 +47,8 @@ class MemoryWriter:
             for item, row, new_id in zip(items, rows, self.db.store.insert_memories(MEMORY_COLUMNS, rows)):
                 if new_id is None:
                     existing = conn.execute("SELECT id FROM memories WHERE content_hash = ?",
-                                            (content_hash(item.intent, item.experience, item.metadata),)).fetchone()
+                                            (content_hash(item.intent, item.experience, item.scope,
+                                                          item.metadata),)).fetchone()
                     results.append(IngestResult(int(existing[0]), False))
                 else:
                     self._inserted.append((new_id, row[-1]))

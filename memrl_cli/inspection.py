@@ -39,7 +39,8 @@ def memory(bank: MemoryBank, memory_id: int) -> dict[str, Any]:
 
 
 def stats(bank: MemoryBank) -> dict[str, Any]:
-    """Count, Q distribution, share never retrieved, outcomes, embedder, calibration, index state."""
+    """Count (forgotten memories included, and counted apart), Q distribution, share never retrieved,
+    outcomes, embedder, calibration, index state."""
     count = bank.count()
     qs = bank.store.q_values()
     never = bank.store.never_selected()
@@ -60,6 +61,7 @@ def stats(bank: MemoryBank) -> dict[str, Any]:
         "never_retrieved": int(never),
         "never_retrieved_share": (never / count) if count else 0.0,
         "quarantined": len(bank.quarantined()),
+        "forgotten": bank.store.forgotten_count(),
         "outcomes": {k: int(outcomes.get(k, 0)) for k in ("success", "failure", "unknown")},
         "retrievals": bank.store.receipt_count(),
         "rewards": bank.store.ledger_size(),

@@ -137,10 +137,11 @@ class Ledger:
         """
         experience = check_text(experience, "experience", "")
         with self.db.transaction() as conn:
-            row = next(iter(self.db.store.rows_by_id("memories", "intent, metadata", [memory_id], lock=True)), None)
+            row = next(iter(self.db.store.rows_by_id("memories", "intent, scope, metadata", [memory_id], lock=True)),
+                       None)
             if row is None:
                 raise MemrlError(f"unknown memory id {memory_id}")
-            digest = content_hash(row[0], experience, json.loads(row[1] or "{}"))
+            digest = content_hash(row[0], experience, row[1], json.loads(row[2] or "{}"))
             if conn.execute("SELECT 1 FROM memories WHERE content_hash = ? AND id <> ?", (digest, memory_id)).fetchone():
                 return False
             conn.execute("UPDATE memories SET experience = ?, content_hash = ?, updated_at = ? WHERE id = ?",

@@ -21,7 +21,8 @@ import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
 from memrl_cli.schema import CORE, LATEST, check_meta
-from memrl_cli.store import POSTGRES_INDEXES, Store, redact
+from memrl_cli.retrieve import Filters
+from memrl_cli.store import POSTGRES_INDEXES, VISIBLE, Store, redact
 
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises migrations and HNSW index builds of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
@@ -420,18 +421,17 @@ class PostgresStore(Store):
         self.delete_meta("index")
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
-            sources: Sequence[str] = (), threshold: float | None = None,
+            filters: Filters = (), threshold: float | None = None,
             vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """`mode` exact adds 0 to the distance, which the HNSW index cannot serve: a scan, always exact.
         Filters are a WHERE clause (HNSW: pgvector ≥ 0.8's iterative scan keeps filling the k). The
         rows below `threshold` (and their vectors) stay on the server; results are read in binary."""
         hnsw = mode == "hnsw" or (mode == "auto" and self.index_info()["kind"] == "hnsw")
         distance = "v.embedding <=> ?" if hnsw else "(v.embedding <=> ?) + 0"
-        conditions: list[str] = ["quarantined_at IS NULL"] if hidden is not None and len(hidden) else []
-        args: list[Any] = []
-        if sources:
-            condition, args = self.matches("source", sources)
-            conditions.append(condition)
+        conditions: list[str] = [VISIBLE] if hidden is not None and len(hidden) else []
+        more, patterns = self.filter_condition(filters)
+        conditions += more
+        args: list[Any] = list(patterns)
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         rows_from = "memories v"  # filters name columns of the memory row, which only `memories` has
         if hnsw and self.graph_table() == "memory_vectors":

@@ -20,7 +20,8 @@ from memrl_cli.errors import MemrlError
 OUTCOMES = ("success", "failure", "unknown")
 MAX_TEXT_BYTES = 1_000_000
 MEMORY_COLUMNS = ("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits", "created_at",
-                  "updated_at", "last_used_at", "metadata", "content_hash", "embedding")
+                  "updated_at", "last_used_at", "metadata", "content_hash", "scope", "embedding")  # the vector last
+MAX_SCOPE_CHARS = 200
 Progress = Callable[[int], None]
 
 
@@ -29,12 +30,14 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def content_hash(intent: str, experience: str, metadata: dict[str, Any] | None = None) -> str:
-    """Identity of a memory's content: exact duplicates share it, unless each names its own episode
-    (`metadata["episode"]`, which a benchmark run sets when its `dedup` switch is off)."""
+def content_hash(intent: str, experience: str, scope: str | None = None,
+                 metadata: dict[str, Any] | None = None) -> str:
+    """Identity of a memory's content: exact duplicates share it. The same text in two scopes is two
+    memories (alice's and bob's); without a scope, the hash of older memrl. Two memories that each name
+    their own episode (`metadata["episode"]`, set by a benchmark run whose `dedup` switch is off) are two."""
     episode = (metadata or {}).get("episode")
-    key = f"{intent}\x00{experience}" if episode is None else f"{intent}\x00{experience}\x00{episode}"
-    return hashlib.sha256(key.encode()).hexdigest()
+    key = f"{intent}\x00{experience}{'' if scope is None else chr(0) + scope}"
+    return hashlib.sha256((key if episode is None else f"{key}\x00\x00episode:{episode}").encode()).hexdigest()
 
 
 def check_text(value: Any, name: str, where: str) -> str:
@@ -50,6 +53,19 @@ def check_text(value: Any, name: str, where: str) -> str:
         raise MemrlError(f"{where}{name} is not valid UTF-8 text") from None
     if "\x00" in value:
         raise MemrlError(f"{where}{name} contains a NUL byte (binary data is not text)")
+    return value
+
+
+def check_scope(value: Any, where: str = "") -> str | None:
+    """A memory's scope: None, or a short text without the pattern characters `*`, `?` and `[` (so
+    that a retrieval's scope pattern matches it unambiguously), e.g. `user:alice`, `agent:planner`."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_SCOPE_CHARS:
+        raise MemrlError(f"{where}scope must be a non-empty string of at most {MAX_SCOPE_CHARS} characters")
+    if any(c in value for c in "*?[\x00"):
+        raise MemrlError(f"{where}scope {value!r} contains a pattern character (*, ? or [): those are for "
+                         "retrieving, e.g. --scope 'team:*'")
     return value
 
 
@@ -71,13 +87,14 @@ class MemoryInput:
     q: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     vector: list[float] | None = None
+    scope: str | None = None  # who the memory belongs to (`user:alice`): retrieval with scopes filters on it
 
     @classmethod
     def parse(cls, obj: Any, where: str = "") -> MemoryInput:
         """Validate a dict (a JSONL line, API arguments); `where` prefixes error messages."""
         if not isinstance(obj, dict):
             raise MemrlError(f"{where}expected a JSON object, got {type(obj).__name__}")
-        unknown = set(obj) - {"intent", "experience", "outcome", "task_id", "source", "q", "metadata", "vector"}
+        unknown = set(obj) - {"intent", "experience", "outcome", "task_id", "source", "q", "metadata", "vector", "scope"}
         if unknown:
             raise MemrlError(f"{where}unknown field(s) {', '.join(sorted(unknown))}")
         outcome = obj.get("outcome") or "unknown"
@@ -99,7 +116,8 @@ class MemoryInput:
         if source is not None and not isinstance(source, str):
             raise MemrlError(f"{where}source must be a string")
         return cls(check_text(obj.get("intent"), "intent", where), check_text(obj.get("experience"), "experience", where),
-                   outcome, None if task_id is None else str(task_id), source, float(q), metadata, vector)
+                   outcome, None if task_id is None else str(task_id), source, float(q), metadata, vector,
+                   check_scope(obj.get("scope"), where))
 
 
 @dataclass(frozen=True)
@@ -120,4 +138,4 @@ def memory_row(item: MemoryInput, encoded: Any, stamp: str, stored: dict[str, An
     return (item.intent, item.experience, item.outcome, item.task_id, item.source, item.q,
             stored.get("q_init", item.q), stored.get("visits", 0), stored.get("created_at", stamp),
             stored.get("updated_at", stamp), stored.get("last_used_at"), json.dumps(item.metadata),
-            content_hash(item.intent, item.experience, item.metadata), encoded)
+            content_hash(item.intent, item.experience, item.scope, item.metadata), item.scope, encoded)

@@ -59,6 +59,18 @@ Q_SCALE = 0.5  # `memrl-conditioned`: a utility is divided by this (a prior std 
 # The departures from the paper's rule: each a RetrieveParams field, off (the paper's value) by default.
 DEPARTURES = {"recall": "memories", "member_similarity": False, "sim_stats": "candidates",
               "selector": "memrl"}
+FILTER_COLUMNS = ("source", "scope")  # the memory columns retrieval filters on, by shell-style patterns
+# Retrieval's filters: (column, patterns) pairs; a memory passes when, for each pair with patterns, its
+# column matches one of them (`Store.matches`).
+Filters = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def patterns(value: Any, name: str) -> tuple[str, ...]:
+    """A tuple of non-empty pattern strings (one string is one pattern); a MemrlError otherwise."""
+    found = (value,) if isinstance(value, str) else value or ()
+    if not isinstance(found, (list, tuple)) or not all(isinstance(p, str) and p for p in found):
+        raise MemrlError(f"{name} must be non-empty {name[:-1]} patterns, got {value!r}")
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -81,12 +93,11 @@ class RetrieveParams:
     sim_stats: str = "candidates"
     selector: str = "memrl"
     sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
+    scopes: tuple[str, ...] = ()  # only memories whose scope matches one of these patterns (`user:alice`, `team:*`)
 
     def __post_init__(self) -> None:
-        sources = (self.sources,) if isinstance(self.sources, str) else self.sources or ()
-        if not isinstance(sources, (list, tuple)) or not all(isinstance(p, str) and p for p in sources):
-            raise MemrlError(f"sources must be non-empty source patterns, got {self.sources!r}")
-        object.__setattr__(self, "sources", tuple(sources))
+        object.__setattr__(self, "sources", patterns(self.sources, "sources"))
+        object.__setattr__(self, "scopes", patterns(self.scopes, "scopes"))
         for name, value, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
                                      ("selector", self.selector, SELECTORS)):
             if value not in choices:
@@ -119,6 +130,11 @@ class RetrieveParams:
     def to_dict(self) -> dict[str, Any]:
         """The parameters as stored in a receipt."""
         return asdict(self)
+
+    @property
+    def filters(self) -> Filters:
+        """What Phase A filters on: the source and scope patterns."""
+        return (("source", self.sources), ("scope", self.scopes))
 
 
 @dataclass

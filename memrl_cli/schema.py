@@ -228,6 +228,21 @@ CORE = MigrationSet("core", (
               "ALTER TABLE retrievals ADD COLUMN query_vector BYTEA"),
     Migration("memory hygiene: the quarantine mark, its log, and an index on sources", CORE_SQLITE_005,
               CORE_POSTGRESQL_005),
+    Migration("scopes (user:alice), forgetting and editing: a memory's scope, its forget mark, the memory an "
+              "edit replaced it with",
+              """
+        ALTER TABLE memories ADD COLUMN scope TEXT;
+        ALTER TABLE memories ADD COLUMN forgotten_at TEXT;
+        ALTER TABLE memories ADD COLUMN replaced_by INTEGER;
+        CREATE INDEX memories_scope ON memories (scope);
+        CREATE INDEX memories_replaced_by ON memories (replaced_by) WHERE replaced_by IS NOT NULL;
+    """, """
+        ALTER TABLE memories ADD COLUMN scope TEXT;
+        ALTER TABLE memories ADD COLUMN forgotten_at TEXT;
+        ALTER TABLE memories ADD COLUMN replaced_by BIGINT;
+        CREATE INDEX memories_scope ON memories (scope);
+        CREATE INDEX memories_replaced_by ON memories (replaced_by) WHERE replaced_by IS NOT NULL;
+    """),
 ), tables=frozenset({"memories", "retrievals", "retrieval_candidates", "rewards", "meta", "query_cache",
                      "quarantine_log"}))
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from memrl_cli import schema, sqlite_schema
 from memrl_cli.errors import BankBusyError, MemrlError
-from memrl_cli.store import SQLITE_INDEXES, Store
+from memrl_cli.retrieve import Filters
+from memrl_cli.store import SQLITE_INDEXES, VISIBLE, Store
 
 try:  # pysqlite3-binary: a modern SQLite that can load extensions on Linux x86_64
     from pysqlite3 import dbapi2 as sqlite3  # type: ignore[import-not-found]
@@ -317,21 +318,17 @@ class SqliteStore(Store):
         self.conn.execute("DELETE FROM meta WHERE key = 'index'")
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
-            sources: Sequence[str] = (), threshold: float | None = None,
+            filters: Filters = (), threshold: float | None = None,
             vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """sqlite-vec filters by `memory_id IN (…)` before its top k, but not by NOT IN: the hidden
         (few) are fetched in excess and dropped, or excluded by IN when they are too many. No
         vectors (None, whatever `vectors` asks): reading sqlite-vec's copies in the KNN made a grouped
         retrieve at 100k 1.37x slower than the caller's own read of the stored rows."""
         hidden = np.zeros(0, dtype=np.int64) if hidden is None else hidden
-        conditions: list[str] = []
-        args: list[str] = []
-        if sources:
-            condition, args = self.matches("source", sources)
-            conditions.append(condition)
+        conditions, args = self.filter_condition(filters)
         fetch = k + len(hidden)
         if fetch > KNN_MAX:
-            conditions.append("quarantined_at IS NULL")
+            conditions.append(VISIBLE)
             fetch = k
         where = f" AND memory_id IN (SELECT id FROM memories WHERE {' AND '.join(conditions)})" if conditions else ""
         sql = f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}"

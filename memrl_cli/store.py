@@ -28,12 +28,15 @@ import numpy as np
 
 from memrl_cli.errors import MemrlError
 from memrl_cli.learn import q_update
+from memrl_cli.retrieve import FILTER_COLUMNS, Filters
 from memrl_cli.schema import MigrationSet
 from memrl_cli.store_repairs import BankRepairs
 from memrl_cli.store_runs import RunRecords
 from memrl_cli.store_views import CHUNK, BankViews
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
+# Where a memory row is one retrieval may return: neither quarantined (`hygiene`) nor forgotten (`memories`).
+VISIBLE = "(quarantined_at IS NULL AND forgotten_at IS NULL)"
 
 
 def is_server_url(location: str) -> bool:
@@ -294,11 +297,11 @@ class Store(BankViews, BankRepairs, RunRecords):
         raise NotImplementedError
 
     def knn(self, vector: np.ndarray, k: int, mode: str, hidden: np.ndarray | None = None,
-            sources: Sequence[str] = (), threshold: float | None = None,
+            filters: Filters = (), threshold: float | None = None,
             vectors: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(ids, cosine similarities, stored vectors) of the k nearest memories, best first, searched
-        by the engine; never the `hidden` ids (the quarantined memories), with `sources`, only memories
-        whose source matches one of those patterns (`matches`), and with `threshold`, only those of the
+        by the engine; never the `hidden` ids (the quarantined and forgotten memories), with `filters`,
+        only memories that match each (`filter_condition`), and with `threshold`, only those of the
         k whose similarity is at least that. The vectors (a float32 row each) are read in the same
         query when `vectors` asks for them and the engine reads them cheaply there, else None (the
         caller reads them)."""
@@ -309,6 +312,20 @@ class Store(BankViews, BankRepairs, RunRecords):
         shell-style `patterns`: `*` any text, `?` one character, anything else itself, case-sensitive,
         the whole value; NULL never matches."""
         raise NotImplementedError
+
+    def filter_condition(self, filters: Filters) -> tuple[list[str], list[str]]:
+        """The SQL conditions (and their arguments) of retrieval's `filters`: per (column, patterns)
+        with patterns, `matches` of that column (source, scope)."""
+        conditions: list[str] = []
+        args: list[str] = []
+        for column, patterns in filters:
+            if patterns:
+                if column not in FILTER_COLUMNS:
+                    raise ValueError(f"not a filter column: {column!r}")
+                condition, more = self.matches(column, patterns)
+                conditions.append(condition)
+                args += more
+        return conditions, args
 
     # -- the bank's `index=` choices, as the engine answers them -------------------
 

@@ -1,4 +1,4 @@
-"""The Store's writes for repairing and moving memories: quarantine marks and their log, ledger rows
+"""The Store's writes for repairing and moving memories: quarantine marks and their log, forget marks, ledger rows
 appended outside the Q rule (`set` rows, undo, import, merge), and the rows those writes read first.
 Every method runs inside the caller's write transaction. Mixed into `memrl_cli.store.Store`."""
 
@@ -23,6 +23,12 @@ class BankRepairs:
     def set_quarantined(self, memory_ids: Sequence[int], at: str | None) -> None:
         """Mark memories quarantined since `at`, or (None) released."""
         self.conn.executemany("UPDATE memories SET quarantined_at = ? WHERE id = ?", [(at, i) for i in memory_ids])
+
+    def forget_memories(self, rows: Sequence[tuple[int, str, int | None]], at: str) -> None:
+        """Mark memories forgotten since `at`: (id, the content hash it keeps from now on, the memory an
+        edit replaced it with or None). The row, its ledger and its receipts stay (`memrl_cli.memories`)."""
+        self.conn.executemany("UPDATE memories SET forgotten_at = ?, content_hash = ?, replaced_by = ? WHERE id = ?",
+                              [(at, digest, replaced_by, mid) for mid, digest, replaced_by in rows])
 
     def log_quarantine(self, rows: Sequence[tuple[int, str, str | None, str | None, str]]) -> None:
         """Append (memory_id, action, reason, actor, created_at) rows to the quarantine log."""

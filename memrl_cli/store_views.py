@@ -10,11 +10,17 @@ from typing import Any
 import numpy as np
 
 MEMORY_FIELDS = ("id", "intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits",
-                 "created_at", "updated_at", "last_used_at", "metadata", "quarantined_at")
+                 "created_at", "updated_at", "last_used_at", "metadata", "quarantined_at", "scope", "forgotten_at",
+                 "replaced_by")
 LEDGER_FIELDS = ("id", "retrieval_id", "kind", "reward", "alpha", "q_floor", "q_before", "q_after", "created_at",
                  "source")
 QUARANTINE_FIELDS = ("action", "reason", "actor", "created_at")
 CHUNK = 500  # ids per `IN (…)` list
+# What `memrl memories` lists of a memory, and the orders it lists them in.
+LISTED_FIELDS = ("id", "outcome", "q", "visits", "scope", "source", "task_id", "intent", "experience", "created_at",
+                 "quarantined_at", "forgotten_at", "replaced_by")
+MEMORY_ORDERS = {"newest": "id DESC", "oldest": "id", "q": "q DESC, id DESC", "visits": "visits DESC, id DESC"}
+RECEIPT_FIELDS = ("id", "query", "created_at", "explored")
 
 
 def dict_rows(cursor: Any) -> list[dict[str, Any]]:
@@ -28,12 +34,52 @@ class BankViews:
 
     conn: Any
 
+    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+        raise NotImplementedError
+
     # -- memories ------------------------------------------------------------------
 
     def top_memories(self, n: int) -> list[dict[str, Any]]:
         """The `n` memories with the highest Q (ties: most visited, then oldest), every field."""
         return dict_rows(self.conn.execute(f"SELECT {', '.join(MEMORY_FIELDS)} FROM memories "
                                            "ORDER BY q DESC, visits DESC, id LIMIT ?", (n,)))
+
+    def find_memories(self, conditions: Sequence[tuple[str, Any]], order: str, limit: int) -> list[dict[str, Any]]:
+        """Memories (LISTED_FIELDS) that pass every condition, in `order` (a key of MEMORY_ORDERS), at most
+        `limit`. A condition is (name, value): `outcome` (one of a list), `source`/`scope` (patterns,
+        `matches`), `q_min`/`q_max` (inclusive), `text` (a case-insensitive substring of the intent or
+        the experience), `forgotten` (True: only forgotten memories; False: none of them)."""
+        where: list[str] = []
+        args: list[Any] = []
+        for name, value in conditions:
+            if name == "outcome":
+                where.append(f"outcome IN ({','.join('?' * len(value))})")
+                args += list(value)
+            elif name in ("source", "scope"):
+                condition, more = self.matches(name, value)
+                where.append(condition)
+                args += more
+            elif name in ("q_min", "q_max"):
+                where.append("q >= ?" if name == "q_min" else "q <= ?")
+                args.append(value)
+            elif name == "text":
+                escaped = "%" + value.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                where.append("(lower(intent) LIKE ? ESCAPE '\\' OR lower(experience) LIKE ? ESCAPE '\\')")
+                args += [escaped, escaped]
+            elif name == "forgotten":
+                where.append("forgotten_at IS NOT NULL" if value else "forgotten_at IS NULL")
+            else:
+                raise ValueError(f"not a memory condition: {name!r}")
+        sql = (f"SELECT {', '.join(LISTED_FIELDS)} FROM memories" + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY {MEMORY_ORDERS[order]} LIMIT ?")
+        return dict_rows(self.conn.execute(sql, [*args, limit]))
+
+    def version_links(self, memory_id: int) -> tuple[int | None, int | None]:
+        """(the memory an edit replaced with this one, the memory an edit replaced this one with)."""
+        before = self.conn.execute("SELECT id FROM memories WHERE replaced_by = ?", (memory_id,)).fetchone()
+        after = self.conn.execute("SELECT replaced_by FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        return (None if before is None else int(before[0]),
+                None if after is None or after[0] is None else int(after[0]))
 
     def memory_record(self, memory_id: int) -> dict[str, Any] | None:
         """One memory's every field, or None."""
@@ -43,8 +89,8 @@ class BankViews:
 
     def memories_in_order(self, vectors: bool = False) -> Iterator[tuple[Any, ...]]:
         """Every memory by id: (id, intent, experience, outcome, task_id, source, q, q_init, visits, created_at,
-        updated_at, last_used_at, metadata[, stored vector])."""
-        columns = ", ".join(MEMORY_FIELDS[:13]) + (", embedding" if vectors else "")
+        updated_at, last_used_at, metadata, scope, forgotten_at[, stored vector])."""
+        columns = ", ".join(MEMORY_FIELDS[:13]) + ", scope, forgotten_at" + (", embedding" if vectors else "")
         yield from self.conn.execute(f"SELECT {columns} FROM memories ORDER BY id")
 
     def q_values(self) -> np.ndarray:
@@ -54,6 +100,10 @@ class BankViews:
     def q_and_initial_q(self) -> list[tuple[int, float, float]]:
         """(id, q, q_init) of every memory."""
         return [(int(i), q, q_init) for i, q, q_init in self.conn.execute("SELECT id, q, q_init FROM memories")]
+
+    def forgotten_count(self) -> int:
+        """How many memories are forgotten (`memrl forget`, and the versions `memrl edit` replaced)."""
+        return int(self.conn.execute("SELECT count(*) FROM memories WHERE forgotten_at IS NOT NULL").fetchone()[0])
 
     def outcome_counts(self) -> dict[str, int]:
         """Memories per outcome."""
@@ -124,6 +174,40 @@ class BankViews:
         ).fetchone()[0])
 
     # -- receipts --------------------------------------------------------------------
+
+    def recent_receipts(self, count: int, unrewarded: bool = False) -> list[dict[str, Any]]:
+        """The newest `count` receipts (RECEIPT_FIELDS), newest first; with `unrewarded`, only those that
+        selected memories and have no reward yet (the ones a reward is still waiting for)."""
+        where = (" WHERE EXISTS (SELECT 1 FROM retrieval_candidates c WHERE c.retrieval_id = r.id AND "
+                 "c.selected_rank IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM rewards w WHERE w.retrieval_id = r.id)"
+                 if unrewarded else "")
+        return dict_rows(self.conn.execute(f"SELECT {', '.join('r.' + f for f in RECEIPT_FIELDS)} FROM retrievals r"
+                                           f"{where} ORDER BY r.id DESC LIMIT ?", (count,)))
+
+    def receipts_selected(self, retrieval_ids: Sequence[int]) -> dict[int, list[int]]:
+        """The memories each of these receipts selected, in selection order, by receipt id."""
+        found: dict[int, list[int]] = {int(i): [] for i in retrieval_ids}
+        ordered = sorted(found)
+        for start in range(0, len(ordered), CHUNK):
+            chunk = ordered[start:start + CHUNK]
+            for rid, mid in self.conn.execute(
+                    f"SELECT retrieval_id, memory_id FROM retrieval_candidates WHERE retrieval_id IN "
+                    f"({','.join('?' * len(chunk))}) AND selected_rank IS NOT NULL ORDER BY retrieval_id, selected_rank",
+                    chunk):
+                found[int(rid)].append(int(mid))
+        return found
+
+    def receipts_rewarded(self, retrieval_ids: Sequence[int]) -> dict[int, tuple[float, str]]:
+        """(the latest reward, its time) of each of these receipts that was rewarded."""
+        found: dict[int, tuple[float, str]] = {}
+        ordered = sorted(set(retrieval_ids))
+        for start in range(0, len(ordered), CHUNK):
+            chunk = ordered[start:start + CHUNK]
+            for rid, reward, stamp in self.conn.execute(
+                    f"SELECT retrieval_id, reward, created_at FROM rewards WHERE kind = 'reward' AND retrieval_id IN "
+                    f"({','.join('?' * len(chunk))}) ORDER BY id", chunk):
+                found[int(rid)] = (float(reward), stamp)
+        return found
 
     def receipt_count(self) -> int:
         """Retrievals recorded."""

@@ -68,14 +68,18 @@ def _export(bank: MemoryBank, out: IO[str], vectors: bool) -> int:
     quarantines = bank.store.quarantine_logs()
     n = 0
     for row in bank.store.memories_in_order(vectors):
+        if row[14] is not None:  # forgotten (`memrl forget`): gone for whoever reads the export
+            continue
         record = dict(zip(("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits",
                            "created_at", "updated_at", "last_used_at"), row[1:12]))
         record["metadata"] = json.loads(row[12])
+        if row[13] is not None:  # only then, so that exports without scopes stay readable by older memrl
+            record["scope"] = row[13]
         record["ledger"] = ledgers.get(row[0], [])
         if row[0] in quarantines:  # only then, so that exports without quarantines stay readable by older memrl
             record["quarantine_log"] = quarantines[row[0]]
         if vectors:
-            record["vector"] = bank.store.decode([row[13]])[0].tolist()
+            record["vector"] = bank.store.decode([row[15]])[0].tolist()
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
         n += 1
     return n
@@ -181,7 +185,8 @@ def import_records(bank: MemoryBank, records: list[tuple[MemoryInput, dict[str, 
     with bank.transaction(), bank.importing(vectors) as insert:
         store = bank.store
         for (memory, stored), vector in zip(records, vectors):
-            existing = store.memory_with_content(content_hash(memory.intent, memory.experience, memory.metadata))
+            existing = store.memory_with_content(content_hash(memory.intent, memory.experience, memory.scope,
+                                                              memory.metadata))
             ledger = stored.get("ledger", [])
             if existing is None:
                 mid = insert(memory, vector, stamp, stored)

@@ -57,7 +57,8 @@ class BankVectors:
         return embedder.dim, True
 
     def vectors_for(self, texts: list[str], given: list[list[float] | None], progress: Progress | None) -> np.ndarray:
-        """Normalised vectors: the given ones (checked), the rest embedded in one pass."""
+        """Normalised vectors: the given ones (checked), the rest embedded in one pass, each distinct text
+        once (a file of many memories per task embeds each task once); `progress` counts rows."""
         dim = self.dim()
         missing = [i for i, v in enumerate(given) if v is None]
         if missing:
@@ -71,11 +72,19 @@ class BankVectors:
                 raise MemrlError(f"vector has dimension {len(given[i])}, the bank's embedder gives {dim}")  # type: ignore[arg-type]
         if rows:  # one array and one normalise for all given vectors
             out[rows] = normalise(np.array([given[i] for i in rows], dtype=np.float32))
-        for start in range(0, len(missing), EMBED_BATCH):
-            chunk = missing[start:start + EMBED_BATCH]
-            out[chunk] = self.embedder.embed([texts[i] for i in chunk])
+        rows_of: dict[str, list[int]] = {}  # each distinct text embedded once: its rows share the vector
+        for i in missing:
+            rows_of.setdefault(texts[i], []).append(i)
+        distinct = list(rows_of)
+        for start in range(0, len(distinct), EMBED_BATCH):
+            chunk = distinct[start:start + EMBED_BATCH]
+            embedded = self.embedder.embed(chunk)
+            done = 0
+            for text, vector in zip(chunk, embedded):
+                out[rows_of[text]] = vector
+                done += len(rows_of[text])
             if progress:
-                progress(len(chunk))
+                progress(done)
         return out
 
     def query_vector(self, query: str, vector: list[float] | None = None) -> np.ndarray:

@@ -37,7 +37,13 @@ def test_search_finds_the_nearest_never_the_quarantined_and_filters_sources(bank
         assert 4 not in index.search(vectors[3], 40, -1.0)[0].tolist() and index.quarantined().tolist() == [4]
         with db.transaction() as conn:
             conn.execute("UPDATE memories SET quarantined_at = NULL WHERE id = 4")
-        assert set(index.search(vectors[3], 40, -1.0, ("*-b",))[0].tolist()) == set(range(31, 41))
+        assert set(index.search(vectors[3], 40, -1.0, (("source", ("*-b",)),))[0].tolist()) == set(range(31, 41))
+        with db.transaction() as conn:  # forgotten (`memrl forget`): hidden like the quarantined
+            conn.execute("UPDATE memories SET forgotten_at = 'now' WHERE id = 4")
+        assert 4 not in index.search(vectors[3], 40, -1.0)[0].tolist() and index.hidden().tolist() == [4]
+        assert index.quarantined().tolist() == []
+        with db.transaction() as conn:
+            conn.execute("UPDATE memories SET forgotten_at = NULL WHERE id = 4")
 
 
 def test_the_in_process_matrix_follows_other_writers_and_uncommitted_rows(bank_at: Callable[[str], str]) -> None:
@@ -85,7 +91,7 @@ def test_the_engine_index_is_built_used_and_dropped(bank_at: Callable[[str], str
 
 def recall_in_two_reads(index: SearchIndex, vector: np.ndarray, params: RetrieveParams) -> tuple[list[int], list[float]]:
     """Grouped recall as it was before issue 17: the search, then a second read of the vectors."""
-    ids, sims = index.search(vector, max(params.k1, params.pool) * SEARCH_WIDTH, params.threshold, params.sources,
+    ids, sims = index.search(vector, max(params.k1, params.pool) * SEARCH_WIDTH, params.threshold, params.filters,
                              recalled=params.k1)
     if not len(ids):
         return [], []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from bank_parts import connect, unit
 
@@ -66,3 +67,37 @@ def test_the_engine_index_asked_for_indexes_from_the_first_memory(bank_at: Calla
     assert writer.db.store.has_index(kind)
     if kind == "vec":
         assert writer.db.conn.execute("SELECT count(*) FROM memory_index").fetchone()[0] == 5
+
+
+class CountingEmbedder:
+    """A deterministic embedder (one unit vector per text, from its hash) that counts the texts it embeds."""
+
+    spec = "counting"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts += texts
+        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=self.dim) for t in texts]
+        return np.array([r / np.linalg.norm(r) for r in rows], dtype=np.float32)
+
+
+def test_each_distinct_intent_is_embedded_once_per_call(bank_at: Callable[[str], str]) -> None:
+    db = connect(bank_at("b"))
+    vectors = BankVectors(db, "counting")
+    embedder = CountingEmbedder()
+    vectors._embedder = embedder
+    writer = MemoryWriter(db, vectors, SearchIndex(db, "auto", []), Calibration(db))
+    records = [{"intent": f"task {i % 7}", "experience": f"attempt {i}"} for i in range(300)]  # 7 intents, 300 memories
+    seen: list[int] = []
+    results = writer.ingest_many(records, seen.append)
+    assert sum(r.created for r in results) == 300
+    asked = [t for t in embedder.texts if t.startswith("task ")]  # the rest: the fingerprint's probe
+    assert sorted(asked) == [f"task {i}" for i in range(7)]
+    assert sum(seen) == 300  # progress counts memories, not embedder calls
+    rows = dict(db.conn.execute("SELECT id, embedding FROM memories").fetchall())
+    first, same_intent = db.store.decode([rows[results[0].id], rows[results[7].id]])
+    assert np.allclose(first, embedder.embed(["task 0"])[0], atol=1e-6)  # the embedder's vector of that text
+    assert np.array_equal(first, same_intent)  # memories of one intent share it

@@ -51,7 +51,7 @@ def test_a_default_run_is_the_papers_rule() -> None:
 
 def test_retrieve_params_are_the_papers_or_a_declared_switch() -> None:
     """A new retrieval knob must be either one of the paper's parameters or a departure in `DEPARTURES` (and so in
-    the table): this list is the paper's, plus the grouped recall's own settings and the caller's source filter."""
+    the table): this list is the paper's, plus the grouped recall's own settings and the caller's filters (sources, scopes)."""
     papers = {"k1", "k2", "lam", "threshold", "epsilon", "seed", "sim_mean", "sim_std", "q_min"}
     grouped = {"group_threshold", "pool"}  # meaningful only under recall="groups"
-    assert {f.name for f in fields(RetrieveParams)} - papers - grouped - {"sources"} == set(DEPARTURES)
+    assert {f.name for f in fields(RetrieveParams)} - papers - grouped - {"sources", "scopes"} == set(DEPARTURES)

@@ -15,6 +15,7 @@ import pytest
 from conftest import error_line
 from memrl_cli import inspection, runs, schema
 from memrl_cli.bank import MemoryBank
+from memrl_cli.errors import MemrlError
 from memrl_cli.retrieve import RetrieveParams
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -64,7 +65,11 @@ def test_an_old_sqlite_bank_opens_verifies_and_answers_unchanged(tmp_path: Path)
     check_old_bank(old_sqlite_bank(tmp_path))
     again = tmp_path / "again"
     again.mkdir()
-    with MemoryBank(old_sqlite_bank(again), readonly=True) as bank:  # read-only too: nothing to migrate
+    location = old_sqlite_bank(again)
+    with pytest.raises(MemrlError, match=f"not a memrl bank at schema {schema.LATEST}; open it writable to migrate"):
+        MemoryBank(location, readonly=True)  # a read-only open cannot add the newer columns (scope, forget)
+    MemoryBank(location, create=False).close()  # a writable open migrates it
+    with MemoryBank(location, readonly=True) as bank:  # then read-only too
         assert inspection.verify(bank)["ok"]
         assert runs.get_run(bank, "run-1")["status"] == "finished"
 

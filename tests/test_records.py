@@ -48,7 +48,7 @@ def test_check_text_limits_the_size() -> None:
 def test_memory_row_lines_up_with_the_memories_table(tmp_path: Path) -> None:
     """The row goes into a real SQLite bank through the Store; every column reads back where it belongs."""
     store = open_store(str(tmp_path / "b.db"))
-    item = MemoryInput("heat an egg", "microwave", "success", "t1", "agent", 0.5, {"k": 1})
+    item = MemoryInput("heat an egg", "microwave", "success", "t1", "agent", 0.5, {"k": 1}, scope="user:alice")
     imported = {"q_init": 0.25, "visits": 3, "created_at": "2020-01-01T00:00:00", "last_used_at": "2021-01-01T00:00:00"}
     stamp = now()
     store.begin()
@@ -59,8 +59,8 @@ def test_memory_row_lines_up_with_the_memories_table(tmp_path: Path) -> None:
     row = dict(zip(MEMORY_COLUMNS, store.conn.execute(f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories").fetchone()))
     assert row == {"intent": "heat an egg", "experience": "microwave", "outcome": "success", "task_id": "t1",
                    "source": "agent", "q": 0.5, "q_init": 0.5, "visits": 0, "created_at": stamp, "updated_at": stamp,
-                   "last_used_at": None, "metadata": '{"k": 1}', "content_hash": content_hash("heat an egg", "microwave"),
-                   "embedding": b"\0" * 16}
+                   "last_used_at": None, "metadata": '{"k": 1}', "content_hash": content_hash("heat an egg", "microwave", "user:alice"),
+                   "scope": "user:alice", "embedding": b"\0" * 16}
     again = dict(zip(MEMORY_COLUMNS, memory_row(item, b"", stamp, imported)))
     assert (again["q_init"], again["visits"], again["created_at"], again["updated_at"], again["last_used_at"]) == \
         (0.25, 3, "2020-01-01T00:00:00", stamp, "2021-01-01T00:00:00")
