@@ -240,6 +240,8 @@ class SameOriginGate:
         if problem is None:
             await self.app(scope, receive, send)
             return
+        sys.stderr.write(f"memrl: refused {scope.get('method')} {scope.get('path')}: {problem[2]}\n")
+        sys.stderr.flush()
         for message in _refuse(*problem):
             await send(message)
 
