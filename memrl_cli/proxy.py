@@ -312,6 +312,6 @@ def serve(location: str, upstream: str, *, host: str = "127.0.0.1", port: int = 
     service = BankService(location, read_only)
     try:
         run_http(build_app(service, upstream, defaults, token, host=host, tasks=tasks), host, port,
-                 f"memrl proxy to {upstream}")
+                 f"memrl proxy to {upstream}", own_headers=False)
     finally:
         service.close()

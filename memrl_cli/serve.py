@@ -246,8 +246,9 @@ class SameOriginGate:
             await send(message)
 
 
-def run_http(app: Any, host: str, port: int, what: str) -> None:
-    """Serve an ASGI app with uvicorn on HOST:PORT (port 0: any free one), saying where on stderr."""
+def run_http(app: Any, host: str, port: int, what: str, *, own_headers: bool = True) -> None:
+    """Serve an ASGI app with uvicorn on HOST:PORT (port 0: any free one), saying where on stderr; without
+    `own_headers`, uvicorn adds no `Date` and `Server` (a proxy passes on its upstream's)."""
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -263,4 +264,5 @@ def run_http(app: Any, host: str, port: int, what: str) -> None:
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     sys.stderr.write(f"memrl: {what} listening on http://{shown}:{bound}\n")
     sys.stderr.flush()
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, server_header=own_headers,
+                                  date_header=own_headers)).run(sockets=[sock])
