@@ -311,6 +311,7 @@ def serve(location: str, upstream: str, *, host: str = "127.0.0.1", port: int = 
     tasks = Tasks(task_message, task_chars)
     service = BankService(location, read_only)
     try:
+        service.warm()
         run_http(build_app(service, upstream, defaults, token, host=host, tasks=tasks), host, port,
                  f"memrl proxy to {upstream}", own_headers=False)
     finally:

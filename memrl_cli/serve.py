@@ -99,6 +99,13 @@ class BankService:
         with self.pool.bank() as bank:
             return as_json(bank.retrieve(query, params).to_dict())
 
+    def warm(self) -> None:
+        """Load the bank's local embedding model now, so that the first request does not wait for it (a
+        remote or external embedder is left alone)."""
+        with self.pool.bank() as bank:
+            if (bank.meta("embedder") or {}).get("spec", "local") == "local":
+                bank.embedder.embed(["warm-up"])
+
     def select(self, query: str, params: RetrieveParams) -> Retrieval:
         """A retrieval whose receipt is not stored yet (see `record`)."""
         with self.pool.bank() as bank:
@@ -252,7 +259,9 @@ def run_http(app: Any, host: str, port: int, what: str, *, own_headers: bool = T
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without it each
+    # answer (headers, then body: two writes) stalls ~40 ms on the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -287,6 +287,9 @@ class ScriptedChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle's algorithm the body waits for the client's delayed
+            # ACK (~40 ms on Linux), a stall no real API server has.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # keep test output clean
                 pass
