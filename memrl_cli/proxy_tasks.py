@@ -26,7 +26,7 @@ from memrl_cli.errors import MemrlError
 
 TASK_MESSAGES = ("first", "latest")
 MEMRL_METADATA = ("memrl_task", "memrl_task_id")  # metadata keys the proxy reads and never forwards
-REMEMBERED = 4096  # tasks (and response ids) kept, least recently used dropped first
+REMEMBERED = 1024  # tasks (and response ids) kept, least recently used dropped first
 
 
 @dataclass
@@ -125,24 +125,27 @@ class Tasks:
         """The task this request belongs to (continued or new; None when it has no task text), and whether it
         continues a response of that task (`previous_response_id`: its memories are already upstream)."""
         messages = conversation(body) or []
-        task_id = headers.get("x-memrl-task-id") or metadata_text(body, "memrl_task_id")
-        if not task_id and isinstance(body.get("previous_response_id"), str):
-            earlier = self._responses.get(body["previous_response_id"])
-            if earlier is not None:
-                return earlier, True
+        task_id = (headers.get("x-memrl-task-id") or metadata_text(body, "memrl_task_id") or "").strip()
+        previous = body.get("previous_response_id")
+        earlier = self._responses.get(previous) if isinstance(previous, str) else None
+        named_task = self._tasks.get("id:" + task_id) if task_id else None
+        if named_task is not None:  # a later call of a named task, whatever its text
+            return self._keep(self._tasks, "id:" + task_id, named_task), earlier is named_task
+        if earlier is not None and not task_id:
+            return earlier, True
         at = user_index(messages, self.task_message)
         named = headers.get("x-memrl-task") or metadata_text(body, "memrl_task")
         text = named if named and named.strip() else text_of(messages[at].get("content")) if at is not None else ""
         if not text.strip():
             return None, False
         if task_id:
-            key = "id:" + task_id.strip()
+            key = "id:" + task_id
         else:
             leading = messages[:at + 1] if at is not None else []
             key = "conversation:" + hashlib.sha256(json.dumps([named, leading], sort_keys=True, ensure_ascii=False,
                                                               default=str).encode()).hexdigest()
         known = self._tasks.get(key)
-        if known is not None and (task_id or len(messages) > known.calls):
+        if known is not None and len(messages) > known.calls:
             known.calls = len(messages)
             return self._keep(self._tasks, key, known), False
         return self._keep(self._tasks, key, Task(cap(text.strip(), self.task_chars), len(messages))), False

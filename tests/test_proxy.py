@@ -528,3 +528,35 @@ def test_web_pages_cannot_use_the_proxy(tmp_path: Path, upstream: Any) -> None:
             ok = httpx2.post(f"{url}/v1/memrl/memories", json=PLANTED, headers={"Host": host})
             assert ok.status_code == 200, ok.text
     assert len(learned_state(db)["memories"]) == 3  # stored once: the three local calls are one memory
+
+
+def test_which_calls_are_one_task() -> None:
+    """The task rules alone: a task id whatever the text, a growing conversation, the latest user message, a
+    continued response, and the cut to the text's end."""
+    from memrl_cli.proxy_tasks import Tasks
+
+    tasks = Tasks()
+    image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    named, _ = tasks.find({"messages": [{"role": "user", "content": TASK}]}, {"x-memrl-task-id": "t1"})
+    later, continued = tasks.find({"messages": [{"role": "user", "content": image}]}, {"x-memrl-task-id": "t1"})
+    assert named is not None and later is named and not continued
+    assert tasks.find({"messages": [{"role": "user", "content": image}]}, {}) == (None, False)
+    chat: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
+    first, _ = tasks.find({"messages": chat}, {})
+    grown, _ = tasks.find({"messages": chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]},
+                          {})
+    again, _ = tasks.find({"messages": chat}, {})
+    assert first is not None and grown is first and again is not first and first.text == TASK
+    assert tasks.find({"input": TASK}, {})[0] is not None  # a Responses API input string is a user message
+
+    latest = Tasks("latest")
+    one, _ = latest.find({"messages": chat}, {})
+    two, _ = latest.find({"messages": chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]},
+                         {})
+    assert one is not None and two is not None and two is not one and two.text == "b"
+    latest.answered("resp_1", two)
+    assert latest.find({"previous_response_id": "resp_1", "input": [{"type": "function_call_output"}]}, {}) == \
+        (two, True)
+
+    long = Tasks(task_chars=40).find({"messages": [{"role": "user", "content": "word " * 1000 + TASK}]}, {})[0]
+    assert long is not None and long.text == "heat an egg in the microwave, then serve it"[-40:].split(" ", 1)[1]

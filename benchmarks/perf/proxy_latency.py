@@ -52,9 +52,15 @@ def seed_bank(db: str, memories: int) -> None:
                         "success" if i % 3 else "failure")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def proxy(db: str, upstream: str) -> Iterator[str]:
-    """`memrl proxy` on a free port, as a user runs it; its base URL."""
+def proxy(db: str, upstream: str) -> Iterator[tuple[str, int]]:
+    """`memrl proxy` on a free port, as a user runs it; its base URL and process id."""
     process = subprocess.Popen([sys.executable, "-m", "memrl_cli", "proxy", "--upstream", upstream, "--port", "0",
                                 "--db", db], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
@@ -69,7 +75,7 @@ def proxy(db: str, upstream: str) -> Iterator[str]:
         raise SystemExit(f"the proxy did not start: {''.join(lines)}")
     threading.Thread(target=lambda: [None for _ in process.stderr or []], daemon=True).start()
     try:
-        yield found.group(1)
+        yield found.group(1), process.pid
     finally:
         process.terminate()
         process.wait(15)
@@ -84,7 +90,7 @@ def run(memories: int, calls: int, stream: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bank.db")
         seed_bank(db, memories)
-        with ScriptedChatServer(lambda request: "Done: it worked.") as upstream, proxy(db, upstream.base_url) as url, \
+        with ScriptedChatServer(lambda request: "Done: it worked.") as upstream, proxy(db, upstream.base_url) as (url, pid), \
                 MemoryBank(db, create=False) as bank:
             direct = OpenAI(base_url=upstream.base_url, api_key="sk-test", max_retries=0)
             through = OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
@@ -99,9 +105,12 @@ def run(memories: int, calls: int, stream: bool) -> dict[str, Any]:
                     client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
                 return time.perf_counter() - started
 
+            floor_cpu: list[float] = []
+
             def retrieval(text: str) -> float:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 bank.retrieve(text, RetrieveParams())
+                floor_cpu.append(time.process_time() - cpu)
                 return time.perf_counter() - started
 
             first = {"direct": call(direct, task(-1, "first")), "proxied": call(through, task(-1, "first proxied"))}
@@ -110,10 +119,13 @@ def run(memories: int, calls: int, stream: bool) -> dict[str, Any]:
                 call(through, task(i, "warm-up proxied"))
                 retrieval(task(i, "warm-up floor"))
             timings: dict[str, list[float]] = {"direct": [], "proxied": [], "floor": []}
+            floor_cpu.clear()
+            proxy_cpu = cpu_seconds(pid)
             for i in range(calls):  # interleaved, so a busy machine slows all three alike
                 timings["direct"].append(call(direct, task(i, "direct")))
                 timings["proxied"].append(call(through, task(i, "proxied")))
                 timings["floor"].append(retrieval(task(i, "floor")))
+            proxy_cpu = (cpu_seconds(pid) - proxy_cpu) / calls
     floor = timings.pop("floor")
     p50 = {name: statistics.median(values) for name, values in timings.items()}
     added = p50["proxied"] - p50["direct"]
@@ -124,6 +136,8 @@ def run(memories: int, calls: int, stream: bool) -> dict[str, Any]:
         "direct_p90_s": percentile(timings["direct"], 0.9), "proxied_p90_s": percentile(timings["proxied"], 0.9),
         "first_direct_s": first["direct"], "first_proxied_s": first["proxied"], "added_p50_s": added, "embed_retrieve_p50_s": statistics.median(floor), "budget_s": budget,
         "ratio_added_to_budget": added / budget, "met": added <= budget,
+        "proxy_cpu_per_call_s": proxy_cpu, "embed_retrieve_cpu_s": statistics.mean(floor_cpu),
+        "load_average": os.getloadavg()[0], "cores": os.cpu_count(),
     }
 
 
@@ -147,6 +161,9 @@ def main() -> None:
     print(f"embedding + retrieval p50 {result['embed_retrieve_p50_s'] * 1000:.1f} ms; budget (+5 ms) "
           f"{result['budget_s'] * 1000:.1f} ms; added/budget {result['ratio_added_to_budget']:.2f}: "
           f"{'met' if result['met'] else 'NOT MET'}")
+    print(f"CPU per call: the proxy process {result['proxy_cpu_per_call_s'] * 1000:.1f} ms, embedding + retrieval "
+          f"{result['embed_retrieve_cpu_s'] * 1000:.1f} ms (load average {result['load_average']:.1f} on "
+          f"{result['cores']} cores)")
 
 
 if __name__ == "__main__":
