@@ -145,5 +145,9 @@ def test_langchain_sees_the_receipt_and_one_task(bank: str) -> None:
             assert memory_messages(model.requests[-1]) == memory_messages(model.requests[-2]) != []
             reward = httpx2.post(f"{url}/v1/memrl/rewards", json={"retrieval_id": int(receipt.pop()), "reward": 1})
             assert reward.status_code == 200 and reward.json()["updated"]
-    assert [rid for rid, _ in receipts(bank)] == [1, 2]
+        streamed = ChatOpenAI(base_url=f"{url}/v1", api_key="sk-client-key", model="gpt-4o-mini", max_retries=0,
+                              include_response_headers=True)
+        chunks = list(streamed.stream(TASK))  # the model answers with a call of the oven tool
+        assert any(c.tool_call_chunks for c in chunks) and chunks[0].response_metadata["headers"]["x-memrl-retrieval"] == "3"
+    assert [rid for rid, _ in receipts(bank)] == [1, 2, 3]
 
