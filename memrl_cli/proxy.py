@@ -223,24 +223,36 @@ class LearningProxy:
                 forwarded = with_memories(body, None)
                 content = raw if forwarded is body else json.dumps(forwarded, ensure_ascii=False).encode()
                 return await self._reply(await self._open(request, path, content))
-            async with task.lock:
-                if task.retrieval is None:
-                    task.retrieval = await run_in_threadpool(self.service.select, task.text, params)
-            retrieval = task.retrieval
-            content = json.dumps(with_memories(body, None if continued else retrieval), ensure_ascii=False).encode()
-            response = await self._open(request, path, content)
-            if not 200 <= response.status_code < 300:
-                return await self._reply(response)
+            calls = len(conversation(body) or [])
+            task.in_flight.append(calls)
             try:
-                async with task.lock:
-                    if retrieval.id is None:
-                        await run_in_threadpool(self.service.record, retrieval)
-            except BaseException:
-                await response.aclose()
-                raise
-            return await self._reply(response, retrieval.id, task)
+                return await self._task_call(request, path, body, task, params, continued, calls)
+            finally:
+                task.in_flight.remove(calls)
         except MemrlError as exc:
             return error_response(exc)
+
+    async def _task_call(self, request: Request, path: str, body: dict[str, Any], task: Task, params: RetrieveParams,
+                         continued: bool, calls: int) -> Response:
+        """One call of `task`: its retrieval (made by its first call), forwarded; the receipt stored at the
+        task's first 2xx answer."""
+        async with task.lock:
+            if task.retrieval is None:
+                task.retrieval = await run_in_threadpool(self.service.select, task.text, params)
+        retrieval = task.retrieval
+        content = json.dumps(with_memories(body, None if continued else retrieval), ensure_ascii=False).encode()
+        response = await self._open(request, path, content)
+        if not 200 <= response.status_code < 300:
+            return await self._reply(response)
+        try:
+            async with task.lock:
+                if retrieval.id is None:
+                    await run_in_threadpool(self.service.record, retrieval)
+        except BaseException:
+            await response.aclose()
+            raise
+        task.calls = max(task.calls, calls)
+        return await self._reply(response, retrieval.id, task)
 
     async def unknown(self, request: Request) -> Response:
         """Any other /v1/memrl/ route: 404 (never forwarded upstream)."""

@@ -3,7 +3,8 @@
 A request names its task with the `X-Memrl-Task-Id` header or `metadata.memrl_task_id`; every call with
 that id is one task. Without an id, the calls of one conversation are one task: the same messages up to
 and including the task's user message (the first one, or with `task_message="latest"` the latest one),
-each call carrying more messages than the one before (a tool loop, a chat continued with `llm -c`). A
+each call carrying more messages than the last one answered (a tool loop, a chat continued with
+`llm -c`; a retry of a failed call too) and not a copy of a call still being answered. A
 Responses API call with `previous_response_id` continues the task of that response. The first call of a
 task retrieves; every later call reuses the same memories and the same receipt.
 
@@ -34,9 +35,15 @@ class Task:
     """One task's shared retrieval: made by its first call, its receipt stored once an upstream answered."""
 
     text: str
-    calls: int  # how many messages (or input items) its latest call carried
+    calls: int = 0  # how many messages (or input items) its longest answered call carried
+    in_flight: list[int] = field(default_factory=list)  # the message counts of its calls being answered
     retrieval: Retrieval | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def continued_by(self, calls: int) -> bool:
+        """Whether a call with `calls` messages continues this conversation: more than its longest answered call
+        (a retry of a failed call too), and not a copy of one being answered (the same task run twice at once)."""
+        return calls > self.calls and calls not in self.in_flight
 
 
 def text_of(content: Any) -> str:
@@ -145,7 +152,6 @@ class Tasks:
             key = "conversation:" + hashlib.sha256(json.dumps([named, leading], sort_keys=True, ensure_ascii=False,
                                                               default=str).encode()).hexdigest()
         known = self._tasks.get(key)
-        if known is not None and len(messages) > known.calls:
-            known.calls = len(messages)
+        if known is not None and (task_id or known.continued_by(len(messages))):
             return self._keep(self._tasks, key, known), False
-        return self._keep(self._tasks, key, Task(cap(text.strip(), self.task_chars), len(messages))), False
+        return self._keep(self._tasks, key, Task(cap(text.strip(), self.task_chars))), False

@@ -402,6 +402,33 @@ def test_one_receipt_per_task(tmp_path: Path) -> None:
     assert [rid for rid, _ in receipts(db)] == [1, 2, 3, 4]
 
 
+def test_a_retried_call_stays_in_its_task(tmp_path: Path) -> None:
+    """The openai client retries a tool loop's second call after a 500: the retry is the same task (the same
+    memories, one receipt), not a new one."""
+    db = str(tmp_path / "bank.db")
+    seed(db)
+    failed: list[bool] = []
+
+    def flaky(request: dict) -> Any:
+        if len(request["messages"]) > 3 and not failed:
+            failed.append(True)
+            return {"status": 500, "message": "overloaded"}
+        return tool_loop_responder(request)
+
+    with ScriptedChatServer(flaky) as model, proxy(db, model.base_url) as url:
+        chat = OpenAI(base_url=f"{url}/v1", api_key="sk-client-key", max_retries=1)
+        messages: list[Any] = [{"role": "user", "content": TASK}]
+        call = chat.chat.completions.create(model="m", messages=messages, tools=[OVEN]).choices[0].message
+        assert call.tool_calls
+        messages += [call.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.tool_calls[0].id, "content": "30 s done"}]
+        answer = chat.chat.completions.create(model="m", messages=messages, tools=[OVEN])
+        assert failed and answer.model_extra["memrl"] == {"retrieval_id": 1} and len(model.requests) == 3
+        assert len({json.dumps([m for m in r["messages"] if "<memrl-memories>" in str(m.get("content"))])
+                    for r in model.requests}) == 1
+    assert [rid for rid, _ in receipts(db)] == [1]
+
+
 def test_which_text_is_the_task(tmp_path: Path, upstream: Any) -> None:
     """The text parts of the first (or with `--task-message latest`, the latest) user message, cut to its last
     `--task-chars` characters; a message without text retrieves nothing and says so in one line."""
@@ -542,17 +569,25 @@ def test_which_calls_are_one_task() -> None:
     assert named is not None and later is named and not continued
     assert tasks.find({"messages": [{"role": "user", "content": image}]}, {}) == (None, False)
     chat: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
+    longer = chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]
     first, _ = tasks.find({"messages": chat}, {})
-    grown, _ = tasks.find({"messages": chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]},
-                          {})
-    again, _ = tasks.find({"messages": chat}, {})
-    assert first is not None and grown is first and again is not first and first.text == TASK
+    assert first is not None and first.text == TASK
+    first.in_flight.append(2)  # being answered: the same call again is the same task run twice at once
+    twin, _ = tasks.find({"messages": chat}, {})
+    assert twin is not None and twin is not first
+    first.in_flight.clear()
+    retried, _ = tasks.find({"messages": chat}, {})  # twin's first call failed: a retry continues it
+    assert retried is twin
+    twin.calls = 2  # answered (what the proxy records after a 2xx)
+    grown, _ = tasks.find({"messages": longer}, {})
+    assert grown is twin
+    again, _ = tasks.find({"messages": chat}, {})  # the same task from the start, once answered: a new task
+    assert again is not None and again is not twin
     assert tasks.find({"input": TASK}, {})[0] is not None  # a Responses API input string is a user message
 
     latest = Tasks("latest")
     one, _ = latest.find({"messages": chat}, {})
-    two, _ = latest.find({"messages": chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]},
-                         {})
+    two, _ = latest.find({"messages": longer}, {})
     assert one is not None and two is not None and two is not one and two.text == "b"
     latest.answered("resp_1", two)
     assert latest.find({"previous_response_id": "resp_1", "input": [{"type": "function_call_output"}]}, {}) == \
