@@ -887,9 +887,14 @@ def proxy(
     k2: int = typer.Option(3, help="Memories injected per request (header X-Memrl-K2 overrides)."),
     lam: float = typer.Option(0.5, "--lambda", help="Weight of Q against similarity (header X-Memrl-Lambda overrides)."),
     threshold: float = typer.Option(0.5, help="Minimum cosine similarity for Phase A."),
+    task_message: str = typer.Option("first", help="Which user message is the task: first (one task per "
+                                     "conversation) or latest (each new user message a new task)."),
+    task_chars: int = typer.Option(2000, help="At most this many characters of the task (its end) are embedded "
+                                   "and stored in the receipt."),
     selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
 ) -> None:
-    """An OpenAI-compatible Chat Completions proxy that injects memories and takes rewards for them."""
+    """An OpenAI-compatible proxy (Chat Completions and Responses API) that injects memories and takes rewards
+    for them."""
     with command(False):
         need_extra("starlette", "proxy")
         need_extra("uvicorn", "proxy")
@@ -897,7 +902,8 @@ def proxy(
         from memrl_cli.retrieve import RetrieveParams
 
         serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
-              defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector))
+              defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector),
+              task_message=task_message, task_chars=task_chars)
 
 
 def main() -> None:

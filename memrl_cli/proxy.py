@@ -1,29 +1,33 @@
-"""`memrl proxy`: an OpenAI-compatible Chat Completions endpoint that learns (Starlette + uvicorn; the
-upstream is reached with httpx2, the HTTP client the `openai` package itself uses).
+"""`memrl proxy`: an OpenAI-compatible endpoint that learns (Starlette + uvicorn; the upstream is reached
+with httpx2, the HTTP client the `openai` package itself uses).
 
-`POST /v1/chat/completions`: the task is the `X-Memrl-Task` header, else `metadata.memrl_task` (removed
-before forwarding), else the first user message. The proxy retrieves memories for it, inserts them as
-one delimited system message after the leading system messages, and forwards the request to the
-upstream with the client's own headers (its API key included; never stored). The reply comes back
-unchanged (streamed as it arrives when the client asked for a stream), with the receipt id in the
-header `X-Memrl-Retrieval` and, in a JSON reply, as a first member `"memrl": {"retrieval_id": N}`
-spliced into the upstream's bytes (everything else byte-identical). The receipt is stored only once
-the upstream has answered 2xx: a failed request leaves the bank untouched.
+`POST /v1/chat/completions` and `POST /v1/responses` (the Responses API): the call's task
+(`memrl_cli.proxy_tasks`: a task id, else the conversation; its text from `X-Memrl-Task`,
+`metadata.memrl_task` or the first/latest user message) is retrieved for once, at its first call; every
+call of the task gets the same memories, inserted as one delimited system message after the leading
+system messages (of `messages`, or of `input`), and the same receipt. The request goes to the upstream
+with the client's own headers (its API key included; never stored); memrl's metadata keys are removed.
+The reply comes back unchanged (streamed as it arrives) but for the receipt: the header
+`X-Memrl-Retrieval`, and in the body (`memrl_cli.proxy_receipts`: a JSON reply's first member
+`"memrl": {"retrieval_id": N}`, a chat stream's last chunk, a response stream's `response.completed`).
+The receipt is stored only once the upstream has answered 2xx: a failed request leaves the bank untouched.
 
-A request without a task, or with `X-Memrl-Off: 1`, passes through untouched; so does any other
-`/v1/...` route (other `/v1/memrl/...` routes: 404). Per-request `X-Memrl-K2` and `X-Memrl-Lambda`
-override the server's defaults.
+A request without task text (a one-line note on stderr), or with `X-Memrl-Off: 1`, passes through
+without memories; so does any other `/v1/...` route (other `/v1/memrl/...` routes: 404). Per-request
+`X-Memrl-K2` and `X-Memrl-Lambda` override the server's defaults (for a task's first call).
 
 Learning endpoints: `POST /v1/memrl/rewards` (`{"retrieval_id": N, "reward": R}`, or a list of such
 objects, one transaction; the fields of `memrl reward --jsonl`) answers `memrl reward --json`'s
 `{"updated": [...]}`; `POST /v1/memrl/memories` (`{"intent", "experience", "outcome"?, "task_id"?,
 "source"?}`) answers `{"id", "created"}`. Errors are `{"error": {"type", "message"}}` with 400
-(bad input), 401 (token), 403 (`--read-only`), 502 (upstream unreachable) or 503 (bank busy).
+(bad input), 401 (token), 403 (`--read-only`, or a web page's request), 421 (a foreign Host), 502
+(upstream unreachable) or 503 (bank busy).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -39,8 +43,10 @@ from starlette.routing import Route
 
 from memrl_cli.bank import Retrieval
 from memrl_cli.errors import BankBusyError, MemrlError, error_object
+from memrl_cli.proxy_receipts import ReceiptStream, splice_receipt
+from memrl_cli.proxy_tasks import Task, Tasks, conversation, without_memrl_metadata
 from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.serve import BankService, ReadOnlyError, TokenGate, check_bind, run_http
+from memrl_cli.serve import BankService, ReadOnlyError, SameOriginGate, TokenGate, check_bind, run_http
 
 RECEIPT_HEADER = "X-Memrl-Retrieval"
 # Not forwarded upstream: hop-by-hop headers, what the proxy sets itself, and memrl's own headers.
@@ -61,23 +67,6 @@ def error_response(exc: MemrlError) -> JSONResponse:
     return JSONResponse(error_object(exc), status_code=status)
 
 
-def task_text(body: dict[str, Any], header: str | None) -> str | None:
-    """The task to retrieve for: the header, else `metadata.memrl_task`, else the first user message."""
-    if header and header.strip():
-        return header
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict) and isinstance(metadata.get("memrl_task"), str) and metadata["memrl_task"].strip():
-        return metadata["memrl_task"]
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):  # content parts: the text ones
-                content = "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            return content if isinstance(content, str) and content.strip() else None
-    return None
-
-
 def _inert(text: str) -> str:
     """A memory's text that cannot close the delimiters it is shown in."""
     return text.replace("</memory>", "<\\/memory>").replace("</memrl-memories>", "<\\/memrl-memories>")
@@ -94,24 +83,21 @@ def memory_message(retrieval: Retrieval) -> dict[str, str]:
     return {"role": "system", "content": "\n".join(parts)}
 
 
-def with_memories(body: dict[str, Any], retrieval: Retrieval) -> dict[str, Any]:
-    """The request to forward: `metadata.memrl_task` removed, the memory message after the leading
-    system/developer messages (none when nothing was selected)."""
+def with_memories(body: dict[str, Any], retrieval: Retrieval | None) -> dict[str, Any]:
+    """The request to forward: memrl's metadata removed, the memory message after the leading
+    system/developer messages of `messages` (chat) or `input` (Responses API; a string input becomes one
+    user message), none when nothing was selected."""
+    body = without_memrl_metadata(body)
+    if retrieval is None or not retrieval.memories:
+        return body
     body = dict(body)
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict) and "memrl_task" in metadata:
-        metadata = {k: v for k, v in metadata.items() if k != "memrl_task"}
-        if metadata:
-            body["metadata"] = metadata
-        else:
-            del body["metadata"]
-    if retrieval.memories:
-        messages = list(body["messages"])
-        at = 0
-        while at < len(messages) and isinstance(messages[at], dict) and messages[at].get("role") in ("system", "developer"):
-            at += 1
-        messages.insert(at, memory_message(retrieval))
-        body["messages"] = messages
+    field = "messages" if "messages" in body else "input"
+    messages = list(conversation(body) or [])
+    at = 0
+    while at < len(messages) and isinstance(messages[at], dict) and messages[at].get("role") in ("system", "developer"):
+        at += 1
+    messages.insert(at, memory_message(retrieval))
+    body[field] = messages
     return body
 
 
@@ -130,24 +116,14 @@ def request_params(defaults: RetrieveParams, headers: Any) -> RetrieveParams | N
     return replace(defaults, **changes)
 
 
-def splice_receipt(content: bytes, retrieval_id: int) -> bytes:
-    """A JSON object's bytes with `"memrl": {"retrieval_id": N}` as its first member, the rest untouched."""
-    start = len(content) - len(content.lstrip())
-    if content[start:start + 1] != b"{":
-        return content
-    member = json.dumps({"retrieval_id": retrieval_id}).encode()
-    rest = content[start + 1:]
-    comma = b"," if rest.strip() != b"}" else b""
-    return content[:start + 1] + b'"memrl":' + member + comma + rest
-
-
 class LearningProxy:
     """The proxy's request handlers over one bank service and one upstream."""
 
-    def __init__(self, service: BankService, upstream: str, defaults: RetrieveParams) -> None:
+    def __init__(self, service: BankService, upstream: str, defaults: RetrieveParams, tasks: Tasks | None = None) -> None:
         self.service = service
         self.upstream = upstream.rstrip("/")
         self.defaults = defaults
+        self.tasks = tasks or Tasks()
         self.client: httpx2.AsyncClient | None = None
 
     @asynccontextmanager
@@ -160,6 +136,7 @@ class LearningProxy:
         """The ASGI application."""
         return Starlette(routes=[
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
             Route("/v1/memrl/rewards", self.rewards, methods=["POST"]),
             Route("/v1/memrl/memories", self.memories, methods=["POST"]),
             Route("/v1/memrl/{rest:path}", self.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
@@ -185,12 +162,17 @@ class LearningProxy:
             headers[RECEIPT_HEADER] = str(retrieval_id)
         return headers
 
-    async def _reply(self, response: httpx2.Response, retrieval_id: int | None) -> Response:
+    async def _reply(self, response: httpx2.Response, retrieval_id: int | None = None,
+                     task: Task | None = None) -> Response:
         """The upstream's answer: streamed through as it arrives, or (JSON) read whole, with the receipt."""
         headers = self._headers(response, retrieval_id)
         if "text/event-stream" in response.headers.get("content-type", ""):
-            return StreamingResponse(response.aiter_raw(), response.status_code, headers,
-                                     background=BackgroundTask(response.aclose))
+            stream: Any = response.aiter_raw()
+            if retrieval_id is not None:
+                tasks = self.tasks
+                stream = ReceiptStream(stream, retrieval_id, None if task is None else
+                                       lambda response_id: tasks.answered(response_id, task))
+            return StreamingResponse(stream, response.status_code, headers, background=BackgroundTask(response.aclose))
         try:
             content = await response.aread()
         except httpx2.HTTPError as exc:
@@ -198,36 +180,79 @@ class LearningProxy:
         finally:
             await response.aclose()
         if retrieval_id is not None and "json" in response.headers.get("content-type", ""):
+            if task is not None and b'"response"' in content:
+                try:
+                    answer = json.loads(content)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    answer = None
+                if isinstance(answer, dict) and answer.get("object") == "response" and isinstance(answer.get("id"), str):
+                    self.tasks.answered(answer["id"], task)
             content = splice_receipt(content, retrieval_id)
         return Response(content, response.status_code, headers)
 
     async def chat(self, request: Request) -> Response:
-        """POST /v1/chat/completions: retrieve, inject, forward; store the receipt once the upstream answered."""
+        """POST /v1/chat/completions."""
+        return await self._model_call(request, "chat/completions", "messages")
+
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses (the Responses API)."""
+        return await self._model_call(request, "responses", "input")
+
+    async def _model_call(self, request: Request, path: str, field: str) -> Response:
+        """Find the call's task (retrieving for its first call), inject its memories, forward; store the
+        task's receipt once an upstream answered 2xx."""
         raw = await request.body()
         try:
             try:
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise MemrlError(f"the request body is not JSON: {exc}") from None
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise MemrlError("the request body must be a JSON object with a messages list")
+            if not isinstance(body, dict) or conversation(body) is None and not (
+                    field == "input" and isinstance(body.get("previous_response_id"), str)):
+                what = "a messages list" if field == "messages" else "an input (a string or a list of items)"
+                raise MemrlError(f"the request body must be a JSON object with {what}")
             params = request_params(self.defaults, request.headers)
-            task = task_text(body, request.headers.get("x-memrl-task")) if params is not None else None
-            if task is None or params is None:
-                return await self._reply(await self._open(request, "chat/completions", raw), None)
-            retrieval = await run_in_threadpool(self.service.select, task, params)
-            content = json.dumps(with_memories(body, retrieval), ensure_ascii=False).encode()
-            response = await self._open(request, "chat/completions", content)
-            if not 200 <= response.status_code < 300:
-                return await self._reply(response, None)
+            if params is None:
+                return await self._reply(await self._open(request, path, raw))
+            task, continued = self.tasks.find(body, request.headers)
+            if task is None:
+                sys.stderr.write(f"memrl: note: POST /v1/{path} has no task text (no X-Memrl-Task, and the "
+                                 f"{self.tasks.task_message} user message has no text part): forwarded without "
+                                 "memories, no receipt\n")
+                sys.stderr.flush()
+                forwarded = with_memories(body, None)
+                content = raw if forwarded is body else json.dumps(forwarded, ensure_ascii=False).encode()
+                return await self._reply(await self._open(request, path, content))
+            calls = len(conversation(body) or [])
+            task.in_flight.append(calls)
             try:
-                retrieval_id = await run_in_threadpool(self.service.record, retrieval)
-            except BaseException:
-                await response.aclose()
-                raise
-            return await self._reply(response, retrieval_id)
+                return await self._task_call(request, path, body, task, params, continued, calls)
+            finally:
+                task.in_flight.remove(calls)
         except MemrlError as exc:
             return error_response(exc)
+
+    async def _task_call(self, request: Request, path: str, body: dict[str, Any], task: Task, params: RetrieveParams,
+                         continued: bool, calls: int) -> Response:
+        """One call of `task`: its retrieval (made by its first call), forwarded; the receipt stored at the
+        task's first 2xx answer."""
+        async with task.lock:
+            if task.retrieval is None:
+                task.retrieval = await run_in_threadpool(self.service.select, task.text, params)
+        retrieval = task.retrieval
+        content = json.dumps(with_memories(body, None if continued else retrieval), ensure_ascii=False).encode()
+        response = await self._open(request, path, content)
+        if not 200 <= response.status_code < 300:
+            return await self._reply(response)
+        try:
+            async with task.lock:
+                if retrieval.id is None:
+                    await run_in_threadpool(self.service.record, retrieval)
+        except BaseException:
+            await response.aclose()
+            raise
+        task.calls = max(task.calls, calls)
+        return await self._reply(response, retrieval.id, task)
 
     async def unknown(self, request: Request) -> Response:
         """Any other /v1/memrl/ route: 404 (never forwarded upstream)."""
@@ -281,19 +306,25 @@ def check_upstream(upstream: str) -> None:
 
 
 def build_app(service: BankService, upstream: str, defaults: RetrieveParams | None = None,
-              token: str | None = None) -> Any:
-    """The proxy as an ASGI app (behind the token gate when a token is given)."""
+              token: str | None = None, *, host: str = "127.0.0.1", tasks: Tasks | None = None) -> Any:
+    """The proxy as an ASGI app: web pages refused (`SameOriginGate` for a server bound to `host`), then the
+    token gate when a token is given."""
     check_upstream(upstream)
-    return TokenGate(LearningProxy(service, upstream, defaults or RetrieveParams()).app(), token, bearer=False)
+    proxy = LearningProxy(service, upstream, defaults or RetrieveParams(), tasks)
+    return SameOriginGate(TokenGate(proxy.app(), token, bearer=False), host)
 
 
 def serve(location: str, upstream: str, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          read_only: bool = False, defaults: RetrieveParams | None = None) -> None:
+          read_only: bool = False, defaults: RetrieveParams | None = None, task_message: str = "first",
+          task_chars: int = 2000) -> None:
     """Run the proxy for the bank at `location` until interrupted."""
     check_bind(host, token)
     check_upstream(upstream)
+    tasks = Tasks(task_message, task_chars)
     service = BankService(location, read_only)
     try:
-        run_http(build_app(service, upstream, defaults, token), host, port, f"memrl proxy to {upstream}")
+        service.warm()
+        run_http(build_app(service, upstream, defaults, token, host=host, tasks=tasks), host, port,
+                 f"memrl proxy to {upstream}", own_headers=False)
     finally:
         service.close()

@@ -1,7 +1,9 @@
 """A bank served to other programs (`memrl mcp`, `memrl proxy`): the learning operations with the
 CLI's `--json` answers, a pool of bank connections for worker threads, and the network rules.
 
-Who can do what: a server bound to loopback (127.0.0.1, localhost, ::1; the default) serves every
+Who can do what: no web page (`SameOriginGate`: a request carrying an `Origin` header, which browsers
+add to every cross-origin POST and CORS preflight, is refused; on loopback, so is a `Host` that is not a
+loopback name: DNS rebinding). A server bound to loopback (127.0.0.1, localhost, ::1; the default) serves every
 local process; any other address needs a token (`--token` / `MEMRL_TOKEN`, at least 16 characters)
 that every HTTP request must carry, in `X-Memrl-Token` or (MCP only) `Authorization: Bearer`.
 `--read-only` turns off the operations that change what is learned (reward, remember): callers can
@@ -98,6 +100,13 @@ class BankService:
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=self.selector)
         with self.pool.bank() as bank:
             return as_json(bank.retrieve(query, params).to_dict())
+
+    def warm(self) -> None:
+        """Load the bank's local embedding model now, so that the first request does not wait for it (a
+        remote or external embedder is left alone)."""
+        with self.pool.bank() as bank:
+            if (bank.meta("embedder") or {}).get("spec", "local") == "local":
+                bank.embedder.embed(["warm-up"])
 
     def select(self, query: str, params: RetrieveParams) -> Retrieval:
         """A retrieval whose receipt is not stored yet (see `record`)."""
@@ -207,12 +216,62 @@ class TokenGate:
         await send({"type": "http.response.body", "body": body})
 
 
-def run_http(app: Any, host: str, port: int, what: str) -> None:
-    """Serve an ASGI app with uvicorn on HOST:PORT (port 0: any free one), saying where on stderr."""
+def _refuse(status: int, kind: str, message: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two ASGI messages of a JSON error answer."""
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+    return ({"type": "http.response.start", "status": status,
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]},
+            {"type": "http.response.body", "body": body})
+
+
+def host_name(value: bytes) -> bytes:
+    """A `Host` header's name without its port (`[::1]:8765` → `::1`)."""
+    if value.startswith(b"["):
+        return value[1:value.find(b"]")] if b"]" in value else value
+    return value.rsplit(b":", 1)[0] if b":" in value else value
+
+
+class SameOriginGate:
+    """ASGI middleware for a server that web pages must not use: a request with an `Origin` header
+    (browsers send one with every cross-origin POST, `text/plain` ones included, and every CORS preflight)
+    or a cross-site `Sec-Fetch-Site` gets 403 with no CORS headers; when bound to loopback, a `Host` that
+    is not a loopback name (a DNS-rebinding page on a hostname of its own) gets 421. Nothing runs."""
+
+    def __init__(self, app: Any, host: str) -> None:
+        self.app = app
+        self.hosts = {name.encode() for name in (*LOOPBACK, host)} if host in LOOPBACK else None
+
+    def _problem(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str, str] | None:
+        for name, value in headers:
+            if name == b"origin" or (name == b"sec-fetch-site" and value not in (b"same-origin", b"none")):
+                return (403, "Forbidden", f"requests from web pages are refused ({name.decode()}: "
+                        f"{value.decode('latin-1')}): this server is for programs, not browsers")
+            if name == b"host" and self.hosts is not None:
+                if host_name(value) not in self.hosts:
+                    return (421, "MisdirectedRequest", f"Host {value.decode('latin-1')!r} is not this server: "
+                            "use http://127.0.0.1:PORT (or localhost)")
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        problem = self._problem(scope["headers"]) if scope["type"] == "http" else None
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        sys.stderr.write(f"memrl: refused {scope.get('method')} {scope.get('path')}: {problem[2]}\n")
+        sys.stderr.flush()
+        for message in _refuse(*problem):
+            await send(message)
+
+
+def run_http(app: Any, host: str, port: int, what: str, *, own_headers: bool = True) -> None:
+    """Serve an ASGI app with uvicorn on HOST:PORT (port 0: any free one), saying where on stderr; without
+    `own_headers`, uvicorn adds no `Date` and `Server` (a proxy passes on its upstream's)."""
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without it each
+    # answer (headers, then body: two writes) stalls ~40 ms on the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -224,4 +283,5 @@ def run_http(app: Any, host: str, port: int, what: str) -> None:
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     sys.stderr.write(f"memrl: {what} listening on http://{shown}:{bound}\n")
     sys.stderr.flush()
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, server_header=own_headers,
+                                  date_header=own_headers)).run(sockets=[sock])

@@ -18,12 +18,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @contextmanager
-def serving(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Start `memrl ARGS` (a server that binds port 0) and yield its base URL once it listens."""
+def serving(*args: str, env: dict[str, str] | None = None, log: list[str] | None = None) -> Iterator[str]:
+    """Start `memrl ARGS` (a server that binds port 0) and yield its base URL once it listens; its stderr
+    lines are appended to `log` as they come."""
     process = subprocess.Popen([sys.executable, "-m", "memrl_cli", *args], stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or cli_env())
     found: list[str] = []
-    lines: list[str] = []
+    lines: list[str] = [] if log is None else log
     ready = threading.Event()
 
     def read() -> None:  # keep draining stderr so the server never blocks on it

@@ -6,11 +6,17 @@ Tests use it instead of mocks: the real ``openai`` client talks to it over TCP.
 
 * ``"text"`` -> an assistant message with that content;
 * ``{"content": "text", "delay": 1.5}`` -> the same, after sleeping ``delay`` seconds;
+* ``{"tool_calls": [{"name": "f", "arguments": {...}}]}`` -> a call of each function (``content`` optional);
 * ``{"status": 500, "message": "boom", "headers": {...}, "param": "temperature"}`` -> an HTTP
   error with an OpenAI-style error body (``param`` optional; ``delay`` also applies);
 * raising an exception -> HTTP 500 with the exception text.
 
 A request with ``"stream": true`` gets the answer as Server-Sent Events (chunked, one word per chunk).
+
+``POST /v1/responses`` (the Responses API) is answered from the same script: the responder gets the
+request's JSON (``input``, not ``messages``) and its answer becomes a ``response`` object (a message
+item, function-call items), or, streamed, the typed events the ``openai`` SDK parses
+(``response.created`` ... ``response.completed``).
 
 memrl's endpoint check (``ChatClient.check()``: one user message ``CHECK_PROMPT``) is answered
 "OK" by the server itself, so scripted responders need not know it; ``answer_checks=False``
@@ -76,11 +82,11 @@ class ScriptedChatServer:
 
     Attributes:
         base_url: ``"http://127.0.0.1:PORT/v1"``.
-        requests: JSON bodies of every chat completion request, in arrival order.
+        requests: JSON bodies of every chat completion (and Responses API) request, in arrival order.
         embedding_requests: JSON bodies of every embeddings request.
         max_in_flight: highest number of chat requests being handled at the same time.
-        sent: the exact bytes of every chat completion answer (a stream: its SSE body), in order.
-        headers: the HTTP headers of every chat completion request (names lower-cased), in order.
+        sent: the exact bytes of every chat completion or response answer (a stream: its SSE body), in order.
+        headers: the HTTP headers of every chat completion or response request (names lower-cased), in order.
     """
 
     def __init__(self, responder: Responder, *, model: str = "scripted-model", embedding_dim: int = 16,
@@ -186,16 +192,23 @@ class ScriptedChatServer:
             if status != 200:
                 message = answer.get("message", f"scripted HTTP {status}")
                 return status, _error_body(message, "scripted_error", answer.get("param")), headers
-            return 200, self._completion(body, str(answer.get("content", ""))), headers
+            if "input" in body and "messages" not in body:
+                return 200, self._response(body, answer), headers
+            return 200, self._completion(body, str(answer.get("content", "")), answer.get("tool_calls")), headers
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _completion(self, body: dict, content: str) -> dict:
+    def _completion(self, body: dict, content: str, tool_calls: list[dict] | None = None) -> dict:
         prompt_tokens = _prompt_tokens(body)
         completion_tokens = _count_words(content)
         with self._lock:
             number = len(self._requests)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message = {"role": "assistant", "content": content or None, "tool_calls": [
+                {"id": f"call_{number}_{i}", "type": "function",
+                 "function": {"name": call["name"], "arguments": _arguments(call)}} for i, call in enumerate(tool_calls)]}
         return {
             "id": f"chatcmpl-scripted-{number}",
             "object": "chat.completion",
@@ -204,8 +217,8 @@ class ScriptedChatServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
                     "logprobs": None,
                 }
             ],
@@ -214,6 +227,33 @@ class ScriptedChatServer:
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             },
+        }
+
+    def _response(self, body: dict, answer: dict) -> dict:
+        """A Responses API `response` object: a message item (when there is content), then the function calls."""
+        content = str(answer.get("content", ""))
+        with self._lock:
+            number = len(self._requests)
+        output: list[dict[str, Any]] = []
+        if content or not answer.get("tool_calls"):
+            output.append({"type": "message", "id": f"msg_scripted_{number}", "status": "completed",
+                           "role": "assistant",
+                           "content": [{"type": "output_text", "text": content, "annotations": []}]})
+        for i, call in enumerate(answer.get("tool_calls") or []):
+            output.append({"type": "function_call", "id": f"fc_scripted_{number}_{i}", "call_id": f"call_{number}_{i}",
+                           "name": call["name"], "arguments": _arguments(call), "status": "completed"})
+        input_tokens = _input_tokens(body.get("input"))
+        output_tokens = _count_words(content)
+        return {
+            "id": f"resp_scripted_{number}", "object": "response", "created_at": int(time.time()),
+            "status": "completed", "model": body.get("model", self.model), "output": output,
+            "instructions": body.get("instructions"), "metadata": body.get("metadata") or {},
+            "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [], "temperature": 1.0, "top_p": 1.0, "error": None,
+            "incomplete_details": None, "previous_response_id": body.get("previous_response_id"),
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                      "total_tokens": input_tokens + output_tokens, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
         }
 
     def _embeddings(self, body: dict) -> tuple[int, dict]:
@@ -247,6 +287,9 @@ class ScriptedChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle's algorithm the body waits for the client's delayed
+            # ACK (~40 ms on Linux), a stall no real API server has.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # keep test output clean
                 pass
@@ -265,7 +308,8 @@ class ScriptedChatServer:
                     pass  # the client gave up (timeout); nothing left to answer
 
             def _stream(self, completion: dict, headers: dict[str, str]) -> None:
-                """The completion as Server-Sent Events, one chunk per word, each flushed as it is written."""
+                """The completion (or response) as Server-Sent Events, one chunk per word, each flushed as it is
+                written."""
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -273,7 +317,11 @@ class ScriptedChatServer:
                     for key, value in headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    events = [f"data: {event}\n\n".encode() for event in _stream_events(completion)]
+                    if completion.get("object") == "response":
+                        events = [f"event: {kind}\ndata: {event}\n\n".encode()
+                                  for kind, event in _response_events(completion)]
+                    else:
+                        events = [f"data: {event}\n\n".encode() for event in _stream_events(completion)]
                     server._record_sent(b"".join(events))
                     for data in events:
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -305,7 +353,7 @@ class ScriptedChatServer:
                 if server.dead:  # the crash drops the connection without an answer
                     self.close_connection = True
                     return
-                if path == "/v1/chat/completions":
+                if path in ("/v1/chat/completions", "/v1/responses"):
                     with server._lock:
                         server._headers.append({k.lower(): v for k, v in self.headers.items()})
                     status, payload, headers = server._chat(body)
@@ -325,17 +373,71 @@ class ScriptedChatServer:
         return Handler
 
 
-def _stream_events(completion: dict) -> list[str]:
-    """`data:` payloads of a streamed completion: a role chunk, one chunk per word, a finish chunk, [DONE]."""
-    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
-            "model": completion["model"]}
-    content = completion["choices"][0]["message"]["content"]
+def _arguments(call: dict) -> str:
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _input_tokens(items: Any) -> int:
+    """Plausible input token count of a Responses API `input`: words in its texts."""
+    if isinstance(items, str):
+        return _count_words(items)
+    total = 0
+    for item in items if isinstance(items, list) else []:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, str):
+            total += _count_words(content)
+        elif isinstance(content, list):
+            total += sum(_count_words(p.get("text", "")) for p in content if isinstance(p, dict))
+    return total
+
+
+def _words(content: str) -> list[str]:
     words = [w + " " for w in content.split(" ")]
     words[-1] = words[-1][:-1]
-    deltas = [{"role": "assistant", "content": ""}] + [{"content": w} for w in words if w]
+    return [w for w in words if w]
+
+
+def _stream_events(completion: dict) -> list[str]:
+    """`data:` payloads of a streamed completion: a role chunk, one chunk per word (or per tool call), a finish
+    chunk, [DONE]."""
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    message = completion["choices"][0]["message"]
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": w} for w in _words(message["content"] or "")]
+    deltas += [{"tool_calls": [dict(call, index=i)]} for i, call in enumerate(message.get("tool_calls") or [])]
     events = [dict(base, choices=[{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
-    events.append(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    events.append(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": completion["choices"][0]["finish_reason"]}]))
     return [json.dumps(e) for e in events] + ["[DONE]"]
+
+
+def _response_events(response: dict) -> list[tuple[str, str]]:
+    """(type, JSON) of a streamed Responses API answer, as OpenAI sends them: created, in_progress, each
+    output item (a message's text one delta per word; a call's arguments in one delta), completed."""
+    events: list[dict[str, Any]] = []
+    pending = dict(response, status="in_progress", output=[], usage=None)
+    events += [{"type": "response.created", "response": pending}, {"type": "response.in_progress", "response": pending}]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": dict(item, status="in_progress", content=[])})
+            place = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append(dict(place, type="response.content_part.added",
+                               part={"type": "output_text", "text": "", "annotations": []}))
+            events += [dict(place, type="response.output_text.delta", delta=w, logprobs=[]) for w in _words(text)]
+            events.append(dict(place, type="response.output_text.done", text=text, logprobs=[]))
+            events.append(dict(place, type="response.content_part.done", part=item["content"][0]))
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": dict(item, status="in_progress", arguments="")})
+            place = {"item_id": item["id"], "output_index": index}
+            events.append(dict(place, type="response.function_call_arguments.delta", delta=item["arguments"]))
+            events.append(dict(place, type="response.function_call_arguments.done", arguments=item["arguments"]))
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return [(e["type"], json.dumps(dict(e, sequence_number=n))) for n, e in enumerate(events)]
 
 
 def is_check(body: dict) -> bool:

@@ -1,0 +1,121 @@
+"""Where the proxy puts a task's receipt in an upstream's answer, in forms the `openai` client keeps.
+
+- A JSON answer (a chat completion, a Responses API `response`): `"memrl": {"retrieval_id": N}` spliced
+  in as the first member; every other byte as the upstream sent it (`model_extra["memrl"]` in the SDK).
+- A streamed chat completion: one more chunk before `data: [DONE]` (or at the end), with no choices and
+  the `memrl` member (like the usage chunk of `stream_options.include_usage`, which clients skip).
+- A streamed response: the `memrl` member in the `response` object of `response.completed` (also
+  `response.incomplete` and `response.failed`), the event the SDK's `get_final_response()` returns.
+
+Every other event is passed on unchanged, as soon as it is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
+
+
+def receipt(retrieval_id: int) -> dict[str, int]:
+    """The receipt member's value."""
+    return {"retrieval_id": retrieval_id}
+
+
+def splice_receipt(content: bytes, retrieval_id: int) -> bytes:
+    """A JSON object's bytes with `"memrl": {"retrieval_id": N}` as its first member, the rest untouched."""
+    start = len(content) - len(content.lstrip())
+    if content[start:start + 1] != b"{":
+        return content
+    member = json.dumps(receipt(retrieval_id)).encode()
+    rest = content[start + 1:]
+    comma = b"," if rest.strip() != b"}" else b""
+    return content[:start + 1] + b'"memrl":' + member + comma + rest
+
+
+def _data(event: bytes) -> bytes:
+    """The `data:` payload of one SSE event (its data lines joined)."""
+    lines = [line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")]
+    return b"\n".join(lines)
+
+
+def _end(buffer: bytes) -> tuple[int, int]:
+    """(end of the first complete event, start of the next) in `buffer`, (-1, -1) when none is complete."""
+    ends = [(buffer.find(sep), len(sep)) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r")]
+    found = [(at, size) for at, size in ends if at >= 0]
+    if not found:
+        return -1, -1
+    at, size = min(found)
+    return at, at + size
+
+
+class ReceiptStream:
+    """An upstream's SSE answer passed on event by event, with the receipt added (see the module doc).
+    `on_response_id` is told the id of a streamed response (from its first event that carries one)."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], retrieval_id: int,
+                 on_response_id: Callable[[str], None] | None = None) -> None:
+        self.chunks = chunks
+        self.retrieval_id = retrieval_id
+        self.on_response_id = on_response_id
+        self.chunk_base: dict[str, Any] | None = None  # id, created, model of the chat chunks
+        self.added = False
+        self.first = True
+
+    def _event(self, event: bytes, separator: bytes) -> bytes:
+        data = _data(event)
+        if data == b"[DONE]":
+            return self._final_chunk() + event + separator
+        if self.first or (self.on_response_id is not None and b'"response"' in data[:200]) \
+                or any(kind in event[:60] or kind in data[:60] for kind in FINAL_EVENTS):
+            try:
+                parsed = json.loads(data)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return event + separator
+            if not isinstance(parsed, dict):
+                return event + separator
+            if self.first and parsed.get("object") == "chat.completion.chunk":
+                self.chunk_base = {k: parsed.get(k) for k in ("id", "object", "created", "model")}
+            self.first = False
+            response = parsed.get("response")
+            if isinstance(response, dict):
+                if self.on_response_id is not None and isinstance(response.get("id"), str):
+                    self.on_response_id(response["id"])
+                    self.on_response_id = None
+                if parsed.get("type", "").encode() in FINAL_EVENTS and not self.added:
+                    self.added = True
+                    parsed["response"] = {"memrl": receipt(self.retrieval_id), **response}
+                    lines = [line for line in event.splitlines() if not line.startswith(b"data:")]
+                    return b"\n".join(lines + [b"data: " + json.dumps(parsed).encode()]) + separator
+        return event + separator
+
+    def _final_chunk(self) -> bytes:
+        """The chat stream's receipt chunk (once; nothing for a stream that was not a chat completion)."""
+        if self.added or self.chunk_base is None:
+            return b""
+        self.added = True
+        chunk = dict(self.chunk_base, choices=[], memrl=receipt(self.retrieval_id))
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        buffer = b""
+        async for chunk in self.chunks:
+            buffer += chunk
+            out = []
+            while True:
+                end, start = _end(buffer)
+                if end < 0:
+                    break
+                out.append(self._event(buffer[:end], buffer[end:start]))
+                buffer = buffer[start:]
+            if out:
+                yield b"".join(out)
+        if buffer.strip():
+            yield self._event(buffer.rstrip(b"\r\n"), b"\n\n")
+        elif buffer:
+            yield buffer
+        tail = self._final_chunk()
+        if tail:
+            yield tail
