@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
@@ -66,19 +66,38 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], object] | None = None
 
 @contextmanager
 def command(as_json: bool) -> Iterator[None]:
-    """Turn MemrlError (and Ctrl-C) into one line on stderr, or a JSON error, and an exit code."""
+    """Turn MemrlError (and Ctrl-C) into one line on stderr, or a JSON error, and an exit code.
+
+    Any other exception is a bug in memrl: it becomes one line too, saying so (`MEMRL_DEBUG=1` shows
+    its traceback), so no traceback reaches a user."""
     try:
         yield
     except MemrlError as exc:
-        error = error_object(exc)
-        if as_json:
-            sys.stdout.write(json.dumps(error) + "\n")
-        else:
-            sys.stderr.write(f"memrl: error: {error['error']['message']}\n")
-        raise typer.Exit(exc.exit_code) from None
+        fail(exc, as_json)
     except KeyboardInterrupt:
         sys.stderr.write("memrl: interrupted\n")
         raise typer.Exit(130) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except BrokenPipeError:  # the reader left (`memrl export | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail again flushing at exit
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        if os.environ.get("MEMRL_DEBUG"):
+            raise
+        text = " ".join(str(exc).split())[:300]
+        fail(MemrlError(f"unexpected {type(exc).__name__}{': ' + text if text else ''} (a bug in memrl: please "
+                        "report it with the traceback MEMRL_DEBUG=1 shows)"), as_json)
+
+
+def fail(exc: MemrlError, as_json: bool) -> NoReturn:
+    """Print `exc` as one line on stderr (`memrl: error: ...`), or as a JSON error on stdout, and exit."""
+    error = error_object(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(error) + "\n")
+    else:
+        sys.stderr.write(f"memrl: error: {error['error']['message']}\n")
+    raise typer.Exit(exc.exit_code) from None
 
 
 def bank_location(db: str | None, create: bool = True) -> str:

@@ -225,7 +225,8 @@ CASES = [
     # reward
     Case("reward NaN", args("reward", "--memory", "1", "--reward", "nan"), "finite"),
     Case("reward inf", args("reward", "--memory", "1", "--reward", "inf"), "finite"),
-    Case("reward non-numeric", args("reward", "--memory", "1", "--reward", "good"), "numbers"),
+    Case("reward non-numeric", args("reward", "--memory", "1", "--reward", "yes"),
+         "finite number (1 for success, -1 for failure, or a value in between) or the word success or failure"),
     Case("reward without a value", args("reward", "--memory", "1"), "give --reward"),
     Case("reward unknown memory", args("reward", "--memory", "999", "--reward", "1"), "unknown memory id 999"),
     Case("reward unknown receipt", args("reward", "--retrieval", "999", "--reward", "1"), "unknown retrieval id 999"),

@@ -135,7 +135,7 @@ def test_ingest_retrieve_reward_inspect_flow(bank: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["reward", "--memory", "1", "--reward", "nan"], "finite"),
     (["reward", "--memory", "1", "--reward", "inf"], "finite"),
-    (["reward", "--memory", "1", "--reward", "lots"], "must be numbers"),
+    (["reward", "--memory", "1", "--reward", "lots"], "must be a finite number"),
     (["reward", "--memory", "99", "--reward", "1"], "unknown memory id 99"),
     (["reward", "--retrieval", "99", "--reward", "1"], "unknown retrieval id 99"),
     (["retrieve", "apple", "--threshold", "1.5"], "threshold must be a number in [-1, 1]"),

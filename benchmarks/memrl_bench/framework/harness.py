@@ -187,6 +187,8 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         run_id = new_run_id(config)
         out_dir = Path(runs_dir) / run_id
         bank_path = bank_path or str(out_dir / "bank.db")
+    if os.path.exists(bank_path):  # a damaged, empty or foreign bank file is refused before anything is written
+        MemoryBank(bank_path, create=False).close()
     adapter = registry.create(config.benchmark, config.data, None, config.options)
     try:
         unknown = set(config.eval_splits) - set(adapter.eval_splits)
@@ -209,7 +211,12 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     if needs_llm:
         ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
-    bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
+    lock = run_lock(out_dir, run_id)
+    try:
+        bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
+    except BaseException:
+        os.close(lock)
+        raise
     try:
         if not resume:  # config.json first: a run killed at any point after this can be resumed
             (out_dir / "config.json").write_text(json.dumps(
@@ -241,6 +248,25 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         raise
     finally:
         bank.close()
+        os.close(lock)
+
+
+def run_lock(out_dir: Path, run_id: str) -> int:
+    """Hold the run directory's lock (`run.lock`, released by `os.close` or when the process dies), so a
+    second process running or resuming the same run stops with one line instead of racing this one."""
+    import fcntl
+
+    fd = os.open(out_dir / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise MemrlError(f"run {run_id} is already running in another process (pid {holder}); wait for it to "
+                         f"finish or stop it, then continue with --resume {out_dir}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
