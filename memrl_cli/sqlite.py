@@ -250,11 +250,15 @@ class SqliteStore(Store):
             elif self.schema_version() != schema.LATEST:
                 raise MemrlError(f"{path} is not a memrl bank at schema {schema.LATEST}; open it writable to migrate")
             schema.check_meta(self.conn)
-        except DatabaseError as exc:
-            raise self.error(exc) from None
-        self.vec = load_vec(self.conn)
-        self._index_ignored = False
-        self._check_index()
+            self.vec = load_vec(self.conn)
+            self._index_ignored = False
+            self._check_index()
+        except BaseException as exc:
+            if hasattr(self, "conn"):
+                self.conn.close()  # a refused file: no connection (nor its -wal and -shm files) left behind
+            if isinstance(exc, DatabaseError):
+                raise self.error(exc) from None
+            raise
 
     def _check_index(self) -> None:
         """Rebuild (or, read-only, ignore) a vec0 index that is altered or stale; forget a stale mark

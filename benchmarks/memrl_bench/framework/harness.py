@@ -183,6 +183,7 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         if resumed.benchmark != config.benchmark:
             raise MemrlError(f"{resume} is a run of {resumed.benchmark!r}, not {config.benchmark!r}")
         config = resumed
+        os.close(run_lock(out_dir, run_id))  # another process on this run: say so now (held from the run's start on)
     else:
         run_id = new_run_id(config)
         out_dir = Path(runs_dir) / run_id
