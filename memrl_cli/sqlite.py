@@ -112,6 +112,8 @@ def connect(path: str, *, readonly: bool = False) -> Any:
 class MappedCursor:
     """A cursor whose driver errors (a damaged page is found while rows are read) become MemrlError."""
 
+    __slots__ = ("_cursor", "_map")
+
     def __init__(self, cursor: Any, mapper: Callable[[BaseException], MemrlError]) -> None:
         self._cursor, self._map = cursor, mapper
 
@@ -147,6 +149,8 @@ class MappedCursor:
 class MappedConnection:
     """The bank's connection, whose driver errors become one-line `MemrlError`s (`SqliteStore.error`):
     whatever part of memrl reads a damaged page, a user gets what to do, never the driver's exception."""
+
+    __slots__ = ("raw", "_map")
 
     def __init__(self, conn: Any, mapper: Callable[[BaseException], MemrlError]) -> None:
         self.raw, self._map = conn, mapper

@@ -225,6 +225,8 @@ CASES = [
          stdin=jsonl(memory(1, colour="red")).encode()),
     Case("ingest wrong dimension in the middle of a stream", args("ingest", "--jsonl", "-"), "dimension 3",
          stdin=jsonl(memory(1), memory(2, vector=[1, 2, 3]), memory(3)).encode()),
+    Case("ingest a memrl export file", args("ingest", "--jsonl", "-"), "load it with `memrl import FILE`",
+         stdin=jsonl(EXPORT_HEADER, memory(1)).encode()),
     Case("ingest missing JSONL file", args("ingest", "--jsonl", "{dir}/nope.jsonl"), "cannot read"),
     # retrieve
     Case("retrieve vector of the wrong dimension", args("retrieve", "q", "--vector", "[1, 2]"), "dimension 2"),
@@ -509,3 +511,27 @@ def test_every_command_refuses_a_bad_bank_in_one_line_and_writes_nothing(kind: s
             assert json.loads(outputs[1][2])["error"]["message"] == line.removeprefix("memrl: error: "), argv
         assert bad.read_bytes() == data, f"memrl {name} wrote to a {kind} file"
         assert sorted(os.listdir(d)) == files, f"memrl {name} left files next to a {kind} file: {os.listdir(d)}"
+
+
+def test_a_second_process_on_a_running_run_stops_in_one_line(tmp_path: Path) -> None:
+    """Two resumes of one run at once: the second finds the run directory's lock held (here by this process,
+    as the first resume would hold it) and stops naming it, before touching the bank or the run."""
+    from memrl_bench.framework.harness import run_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    make_template(tmp_path / "bank.db")
+    (run / "config.json").write_text(json.dumps({"run_id": "r1", "bank": str(tmp_path / "bank.db"),
+                                                 "config": {"benchmark": TOY}}))
+    before = checksum(tmp_path / "bank.db")
+    held = run_lock(run, "r1")
+    try:
+        done = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", TOY, "--resume", str(run), "--base-url",
+                               DEAD_URL], capture_output=True, text=True, env=cli_env(), timeout=180)
+    finally:
+        os.close(held)
+    done.stderr = "".join(x for x in done.stderr.splitlines(True) if not x.startswith("memrl: bank: "))
+    line = error_line(done)
+    assert f"run r1 is already running in another process (pid {os.getpid()})" in line, line
+    assert f"--resume {run}" in line and checksum(tmp_path / "bank.db") == before
+    assert sorted(os.listdir(run)) == ["config.json", "run.lock"]
