@@ -472,20 +472,15 @@ def bank_commands() -> dict[str, typer.core.TyperCommand]:
     return {name: c for name, c in commands.items() if name not in NO_BANK}
 
 
-def test_every_command_opens_a_bank_or_is_listed_as_not() -> None:
-    """A new command either takes a bank (`--db`, or a bank or run directory as an argument: `bank_argv`) or is
-    named in NO_BANK, so that the test below feeds it every bad bank."""
-    for name, command in bank_commands().items():
-        assert any("--db" in p.opts for p in command.params) or name in ("merge", "report"), \
-            f"`memrl {name}` takes no --db: add it to NO_BANK, or teach bank_argv how it opens a bank"
-
-
 @pytest.mark.parametrize("kind", sorted(BAD_BANKS))
 def test_every_command_refuses_a_bad_bank_in_one_line_and_writes_nothing(kind: str, tmp_path: Path) -> None:
     """In this process (CliRunner: the commands' own code, as `memrl` runs it, quickly); the subprocess cases above
     (those of a bank with a damaged page among them) run the real entry point."""
     from typer.testing import CliRunner
 
+    for name, command in bank_commands().items():  # a new command takes a bank, or is named in NO_BANK
+        assert any("--db" in p.opts for p in command.params) or name in ("merge", "report"), \
+            f"`memrl {name}` takes no --db: add it to NO_BANK, or teach bank_argv how it opens a bank"
     template = tmp_path / "template.db"
     make_template(template)
     make, expect = BAD_BANKS[kind]

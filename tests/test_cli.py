@@ -411,8 +411,9 @@ def test_mcp_and_proxy_share_host_and_port_and_ports_differ() -> None:
     assert "give --host/--port, not --http" in both
 
 
-def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
-    """`memrl export | head -c 1`: the reader leaves early; memrl stops without a traceback or an error line."""
+def test_export_piped_into_ingest_points_to_import(tmp_path: Path) -> None:
+    """`memrl export | memrl ingest --jsonl -`: one line naming `memrl import`, and the bank unchanged. The export
+    (larger than a pipe's buffer) loses its reader early: it stops quietly, adding no line of its own."""
     import sys
 
     from conftest import cli_env
@@ -421,20 +422,6 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     with MemoryBank(db, "external:t:4") as made:
         made.ingest_many([{"intent": f"task {i}", "experience": "x" * 2000, "vector": [1.0, float(i), 0.0, 0.0]}
                           for i in range(300)])
-    pipeline = subprocess.run(f"'{sys.executable}' -m memrl_cli export --db '{db}' | head -c 1 >/dev/null",
-                              shell=True, capture_output=True, text=True, env=cli_env(), timeout=120)
-    assert pipeline.stderr == "", pipeline.stderr
-
-
-def test_export_piped_into_ingest_points_to_import(tmp_path: Path) -> None:
-    """`memrl export | memrl ingest --jsonl -`: one line naming `memrl import`, and the bank unchanged."""
-    import sys
-
-    from conftest import cli_env
-
-    db = tmp_path / "b.db"
-    with MemoryBank(db, "external:t:4") as made:
-        made.ingest("heat an egg", "microwave", vector=[1.0, 0.0, 0.0, 0.0])
     before = table_state(str(db))
     memrl_cmd = f"'{sys.executable}' -m memrl_cli"
     piped = subprocess.run(f"{memrl_cmd} export --db '{db}' | {memrl_cmd} ingest --jsonl - --db '{db}'", shell=True,
