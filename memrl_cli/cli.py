@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Optional, get_args, get_origin
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from memrl_cli.errors import MemrlError, error_object
 
@@ -75,10 +75,22 @@ class MemrlCommand(TyperCommand):
         return text if end < 0 else text[:end + 1]
 
     def format_epilog(self, ctx: Any, formatter: Any) -> None:
-        if self.epilog:
-            with formatter.section("Examples"):
-                for line in inspect.cleandoc(self.epilog).splitlines():
-                    formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+        format_examples(self.epilog, formatter)
+
+
+def format_examples(epilog: str | None, formatter: Any) -> None:
+    """An epilog as an "Examples:" section, its lines as written (not re-wrapped)."""
+    if epilog:
+        with formatter.section("Examples"):
+            for line in inspect.cleandoc(epilog).splitlines():
+                formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+class MemrlGroup(TyperGroup):
+    """`memrl` itself: its epilog as an "Examples:" section too."""
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        format_examples(self.epilog, formatter)
 
 
 class MemrlTyper(typer.Typer):
@@ -95,7 +107,10 @@ def examples(*lines: str) -> str:
 
 
 app = MemrlTyper(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-                 context_settings={"help_option_names": ["-h", "--help"]},
+                 context_settings={"help_option_names": ["-h", "--help"]}, cls=MemrlGroup,
+                 epilog=examples('memrl ingest --intent "heat an egg" --experience "microwave 1; heat egg" --outcome success',
+                                 'memrl retrieve "warm up an egg" --json', 'memrl reward --retrieval 1 --reward success',
+                                 "memrl help retrieve"),
                  help="Runtime-learning episodic memory for LLM agents, in one SQLite file.")
 
 

@@ -530,3 +530,22 @@ def test_a_second_process_on_a_running_run_stops_in_one_line(tmp_path: Path) -> 
     assert f"run r1 is already running in another process (pid {os.getpid()})" in line, line
     assert f"--resume {run}" in line and checksum(tmp_path / "bank.db") == before
     assert sorted(os.listdir(run)) == ["config.json", "run.lock"]
+
+
+def test_a_constraint_race_is_one_line_that_says_to_run_again(tmp_path: Path) -> None:
+    """Two processes recording the same row at once (here: the same run twice, as two racing starts of one run
+    would): the loser's UNIQUE violation is a one-line MemrlError saying what happened, and nothing is written."""
+    from memrl_cli import runs
+    from memrl_cli.errors import MemrlError
+
+    db = tmp_path / "bank.db"
+    make_template(db)
+    with MemoryBank(db) as bank:
+        runs.create_run(bank, "r1", "toy", "memrl", {}, {}, 0, "test")
+        before = checksum(db)
+        with pytest.raises(MemrlError) as raised:
+            runs.create_run(bank, "r1", "toy", "memrl", {}, {}, 0, "test")
+    message = str(raised.value)
+    assert message.startswith(f"another process wrote the same rows to {db} at the same time (UNIQUE constraint "
+                              "failed: runs.id); nothing was changed: run the command again"), message
+    assert "\n" not in message and checksum(db) == before

@@ -333,6 +333,7 @@ def test_every_help_has_examples_typed_metavars_and_works_as_h_and_help_command(
         assert _invoke(name, "-h").stdout == text, f"`memrl {name} -h` differs from --help"
         assert _invoke("help", name).stdout == text, f"`memrl help {name}` differs from `memrl {name} --help`"
     assert _invoke("-h").stdout == _invoke("--help").stdout == _invoke("help").stdout
+    assert "\nExamples:\n  memrl ingest " in _invoke("--help").stdout  # memrl's own help too
     numbers = {(c, p.name): p.metavar for c, command in _commands().items() for p in command.params}
     assert numbers[("reward", "reward_value")] == numbers[("ingest", "q")] == numbers[("reward", "alpha")] == "NUMBER"
     assert numbers[("retrieve", "k1")] == "INTEGER" and numbers[("retrieve", "lam")] == "FLOAT"
