@@ -7,6 +7,7 @@ on stderr (or a JSON error object with `--json`) and exit non-zero, without a tr
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -14,17 +15,104 @@ import sys
 from pathlib import Path
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Optional, get_args, get_origin
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from memrl_cli.errors import MemrlError, error_object
 
 if TYPE_CHECKING:
     from memrl_cli.bank import MemoryBank
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Runtime-learning episodic memory for LLM agents, in one SQLite file.")
+TYPE_NAMES = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
+
+
+def type_name(param: Any) -> str:
+    """INTEGER, FLOAT or TEXT: the value a parameter takes (of a list's items for a repeatable one)."""
+    annotation = param.type_descriptor.annotation
+    if get_origin(annotation) is list:
+        annotation = get_args(annotation)[0]
+    return TYPE_NAMES.get(annotation, "TEXT")
+
+
+class MemrlCommand(TyperCommand):
+    """A command's help with manners: typed metavars (`--k1 INTEGER`; `NUMBER`, `FILE`, … where the
+    command says so), arguments and usage in capitals, the first sentence of the help written out in
+    the command list, and the `epilog` as an "Examples:" section printed verbatim."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = type_name(param)
+
+    @staticmethod
+    def _argument(param: Any) -> str:
+        return (param.metavar or (param.name or "").upper()) + ("..." if param.nargs != 1 else "")
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                pieces.append(self._argument(param) if param.required else f"[{self._argument(param)}]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments = [(self._argument(p), f"{getattr(p, 'help', '') or ''}  [{type_name(p)}"
+                      f"{'; required' if p.required else ''}]") for p in self.get_params(ctx)
+                     if p.param_type_name == "argument"]
+        options = [record for p in self.get_params(ctx) if p.param_type_name == "option"
+                   for record in [p.get_help_record(ctx)] if record is not None]
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The help's first sentence, whole (click's default cuts it with "...")."""
+        text = " ".join(inspect.cleandoc(self.short_help or self.help or "").split("\n\n")[0].split())
+        end = text.find(". ")
+        return text if end < 0 else text[:end + 1]
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        format_examples(self.epilog, formatter)
+
+
+def format_examples(epilog: str | None, formatter: Any) -> None:
+    """An epilog as an "Examples:" section, its lines as written (not re-wrapped)."""
+    if epilog:
+        with formatter.section("Examples"):
+            for line in inspect.cleandoc(epilog).splitlines():
+                formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+class MemrlGroup(TyperGroup):
+    """`memrl` itself: its epilog as an "Examples:" section too."""
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        format_examples(self.epilog, formatter)
+
+
+class MemrlTyper(typer.Typer):
+    """`typer.Typer` whose commands are `MemrlCommand`s unless they say otherwise."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", MemrlCommand)
+        return super().command(*args, **kwargs)
+
+
+def examples(*lines: str) -> str:
+    """A command's "Examples:" epilog: shell lines, printed as written under its --help."""
+    return "\n".join(lines)
+
+
+app = MemrlTyper(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                 context_settings={"help_option_names": ["-h", "--help"]}, cls=MemrlGroup,
+                 epilog=examples('memrl ingest --intent "heat an egg" --experience "microwave 1; heat egg" --outcome success',
+                                 'memrl retrieve "warm up an egg" --json', 'memrl reward --retrieval 1 --reward success',
+                                 "memrl help retrieve"),
+                 help="Runtime-learning episodic memory for LLM agents, in one SQLite file.")
 
 
 def _print_version(value: bool) -> None:
@@ -49,7 +137,7 @@ def default_db() -> str:
 
 SELECTOR = typer.Option("memrl", help="Phase B utility: memrl (the paper's z(Q)) or memrl-conditioned (the rewards "
                                      "a memory earned at similar queries; docs/method.md).")
-DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False,
+DB = typer.Option(None, "--db", envvar="MEMRL_DB", show_default=False, metavar="FILE|URL",
                   help="Bank: a SQLite file, or a postgresql:// URL [env MEMRL_DB; default "
                        "~/.local/share/memrl/memrl.db].")
 JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
@@ -66,19 +154,38 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], object] | None = None
 
 @contextmanager
 def command(as_json: bool) -> Iterator[None]:
-    """Turn MemrlError (and Ctrl-C) into one line on stderr, or a JSON error, and an exit code."""
+    """Turn MemrlError (and Ctrl-C) into one line on stderr, or a JSON error, and an exit code.
+
+    Any other exception is a bug in memrl: it becomes one line too, saying so (`MEMRL_DEBUG=1` shows
+    its traceback), so no traceback reaches a user."""
     try:
         yield
     except MemrlError as exc:
-        error = error_object(exc)
-        if as_json:
-            sys.stdout.write(json.dumps(error) + "\n")
-        else:
-            sys.stderr.write(f"memrl: error: {error['error']['message']}\n")
-        raise typer.Exit(exc.exit_code) from None
+        fail(exc, as_json)
     except KeyboardInterrupt:
         sys.stderr.write("memrl: interrupted\n")
         raise typer.Exit(130) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except BrokenPipeError:  # the reader left (`memrl export | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail again flushing at exit
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        if os.environ.get("MEMRL_DEBUG"):
+            raise
+        text = " ".join(str(exc).split())[:300]
+        fail(MemrlError(f"unexpected {type(exc).__name__}{': ' + text if text else ''} (a bug in memrl: please "
+                        "report it with the traceback MEMRL_DEBUG=1 shows)"), as_json)
+
+
+def fail(exc: MemrlError, as_json: bool) -> NoReturn:
+    """Print `exc` as one line on stderr (`memrl: error: ...`), or as a JSON error on stdout, and exit."""
+    error = error_object(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(error) + "\n")
+    else:
+        sys.stderr.write(f"memrl: error: {error['error']['message']}\n")
+    raise typer.Exit(exc.exit_code) from None
 
 
 def bank_location(db: str | None, create: bool = True) -> str:
@@ -179,7 +286,10 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl ingest --intent "heat an egg" --experience "take egg; microwave 1; heat egg" --outcome success',
+    'memrl ingest --jsonl trajectories.jsonl --json',
+    'cat new.jsonl | memrl ingest --jsonl -'))
 def ingest(
     intent: Optional[str] = typer.Option(None, help="The task text the memory is keyed on."),
     experience: Optional[str] = typer.Option(None, help="The text injected into a prompt."),
@@ -188,11 +298,11 @@ def ingest(
     source: Optional[str] = typer.Option(None, help="Where the memory came from."),
     scope: Optional[str] = typer.Option(None, help="Whom the memory belongs to, e.g. user:alice (retrieve "
                                                    "--scope filters on it)."),
-    q: str = typer.Option("0", help="Initial Q."),
-    metadata: Optional[str] = typer.Option(None, help="A JSON object stored with the memory."),
-    vector: Optional[str] = typer.Option(None, help="The intent's embedding as a JSON list (skip embedding)."),
-    jsonl: Optional[str] = typer.Option(None, help="Ingest JSONL lines from FILE or - (stdin), all or nothing."),
-    embedder: Optional[str] = typer.Option(None, envvar="MEMRL_EMBEDDER",
+    q: str = typer.Option("0", metavar="NUMBER", help="Initial Q."),
+    metadata: Optional[str] = typer.Option(None, metavar="JSON", help="A JSON object stored with the memory."),
+    vector: Optional[str] = typer.Option(None, metavar="JSON", help="The intent's embedding as a JSON list (skip embedding)."),
+    jsonl: Optional[str] = typer.Option(None, metavar="FILE|-", help="Ingest JSONL lines from FILE or - (stdin), all or nothing."),
+    embedder: Optional[str] = typer.Option(None, envvar="MEMRL_EMBEDDER", metavar="SPEC",
                                            help="Embedder for a new bank: local, openai:MODEL, external:NAME:DIM."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
@@ -227,7 +337,11 @@ def ingest(
              lambda d: print(f"memory {d['id']} " + ("created" if d["created"] else "already stored (duplicate)")))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl retrieve "warm up an egg"',
+    'memrl retrieve "warm up an egg" --k2 5 --lambda 0.3 --json | jq .retrieval_id',
+    'memrl retrieve "fix the login bug" --source \'run:*\' --no-record',
+    'memrl retrieve "warm up an egg" --recall groups --sim-stats bank   # two departures from the paper'))
 def retrieve(
     query: str = typer.Argument(..., help="The task to find memories for."),
     k1: int = typer.Option(5, help="Phase A: how many memories (or intent groups, --recall groups) to recall."),
@@ -249,9 +363,9 @@ def retrieve(
     sim_stats: str = typer.Option("candidates", help="z(sim) statistics: candidates (the paper) or bank (the bank's "
                                                      "own, a departure)."),
     selector: str = SELECTOR,
-    vector: Optional[str] = typer.Option(None, help="The query's embedding as a JSON list (skip embedding)."),
+    vector: Optional[str] = typer.Option(None, metavar="JSON", help="The query's embedding as a JSON list (skip embedding)."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not store a receipt (nothing to reward later)."),
-    source: Optional[list[str]] = typer.Option(None, "--source", help="Only memories whose source matches this "
+    source: Optional[list[str]] = typer.Option(None, "--source", metavar="PATTERN", help="Only memories whose source matches this "
                                                "pattern (* any text, ? one character; repeatable: any of them)."),
     scope: Optional[list[str]] = typer.Option(None, "--scope", help="Only memories whose scope matches this pattern "
                                               "(user:alice, team:*; repeatable: any of them)."),
@@ -273,18 +387,23 @@ def retrieve(
             f"retrieval {d['retrieval_id']}: {count(len(d['memories']), 'memory', 'memories')}"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl reward --retrieval 17 --reward 1          # the episode succeeded',
+    'memrl reward --retrieval 18 --reward failure    # same as --reward -1',
+    'memrl reward --memory 4 --memory 9 --reward 0.5 --source judge-v2',
+    'memrl reward --jsonl rewards.jsonl --json'))
 def reward(
     retrieval: Optional[int] = typer.Option(None, help="Reward the memories this retrieval selected."),
     last: bool = typer.Option(False, "--last", help="Reward the newest retrieval not rewarded yet (see `memrl log`)."),
     memory: Optional[list[int]] = typer.Option(None, help="Reward this memory id (repeatable)."),
-    reward_value: Optional[str] = typer.Option(None, "--reward", help="The reward R (e.g. 1 success, -1 failure), "
-                                               "within the bank's reward range ([-1, 1] unless `memrl config` widens it)."),
-    alpha: str = typer.Option("0.3", help="Learning rate α in Q ← Q + α(R − Q)."),
-    floor: Optional[str] = typer.Option(None, help="Lower bound for Q after the update."),
+    reward_value: Optional[str] = typer.Option(None, "--reward", metavar="NUMBER",
+                                               help="The reward R: 1 (or success), -1 (or failure), or a value in "
+                                                    "between, within the bank's reward range (`memrl config`)."),
+    alpha: str = typer.Option("0.3", metavar="NUMBER", help="Learning rate α in Q ← Q + α(R − Q), in (0, 1]."),
+    floor: Optional[str] = typer.Option(None, metavar="NUMBER", help="Lower bound for Q after the update."),
     source: Optional[str] = typer.Option(None, help="Where the reward came from (kept in the ledger)."),
     allow_repeat: bool = typer.Option(False, help="Allow a second reward for the same retrieval."),
-    jsonl: Optional[str] = typer.Option(None, help="Many rewards from JSONL (FILE or -): "
+    jsonl: Optional[str] = typer.Option(None, metavar="FILE|-", help="Many rewards from JSONL (FILE or -): "
                                         '{"retrieval_id"|"memory_ids", "reward", "alpha"?, ...}, one transaction.'),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
@@ -354,7 +473,10 @@ def write_rows(rows: list[dict[str, Any]], columns: list[str], fmt: str, key: st
         table(rows, columns, title)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl memories --outcome success --q-min 0.3',
+    'memrl memories --text egg --scope user:alice --csv > eggs.csv',
+    'memrl memories --order q --limit 20 --nl | jq .intent'))
 def memories(
     outcome: Optional[list[str]] = typer.Option(None, "--outcome", help="Only this outcome: success, failure or "
                                                 "unknown (repeatable: any of them)."),
@@ -387,7 +509,10 @@ def memories(
                    count(len(rows), "memory", "memories") + (" (forgotten)" if forgotten else ""))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl log',
+    'memrl log -n 50 --unrewarded',
+    'memrl log --json | jq ".receipts[0]"'))
 def log(
     number: int = typer.Option(10, "--count", "-n", help="How many retrievals, newest first."),
     unrewarded: bool = typer.Option(False, "--unrewarded", help="Only retrievals that selected memories and "
@@ -407,7 +532,9 @@ def log(
 app.command("receipts", hidden=True, help="The same as `memrl log`.")(log)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl forget 12',
+    'memrl forget 12 13 --json'))
 def forget(
     ids: list[int] = typer.Argument(..., help="Memory ids to forget."),
     db: Optional[str] = DB, as_json: bool = JSON,
@@ -421,7 +548,9 @@ def forget(
             + (f"; already forgotten: {d['unchanged']}" if d["unchanged"] else "")))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl edit 12 --experience "SCRIPT: take egg; heat it; put it on the table"',
+    'memrl edit 12 --intent "heat an egg in the microwave"'))
 def edit(
     memory_id: int = typer.Argument(..., help="The memory to change."),
     intent: Optional[str] = typer.Option(None, help="The new intent (embedded again)."),
@@ -440,7 +569,9 @@ def edit(
                                       + (" (intent embedded again)" if d["reembedded"] else "")))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl history 12',
+    'memrl history 12 --json'))
 def history(
     memory_id: int = typer.Argument(..., help="Any version's id."),
     db: Optional[str] = DB, as_json: bool = JSON,
@@ -465,7 +596,9 @@ REASON = typer.Option(None, "--reason", help="Why (kept in the bank's records)."
 BY = typer.Option(None, "--by", help="Who is acting [default: your login name].")
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl quarantine 12 --reason "prompt injection"',
+    'memrl quarantine 3 4 5 --json'))
 def quarantine(
     ids: list[int] = typer.Argument(..., help="Memory ids to exclude from retrieval."),
     reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
@@ -478,7 +611,8 @@ def quarantine(
              _render_marked("quarantined", "already quarantined"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl release 12 --reason "reviewed: harmless"'))
 def release(
     ids: list[int] = typer.Argument(..., help="Quarantined memory ids to retrieve again."),
     reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
@@ -497,7 +631,8 @@ def _render_marked(done: str, unchanged: str) -> Callable[[dict[str, Any]], None
                            + (f"; {unchanged}: {d['unchanged']}" if d["unchanged"] else ""))
 
 
-@app.command("reset-q")
+@app.command("reset-q", epilog=examples(
+    'memrl reset-q 7 --reason "rewarded by a broken judge"'))
 def reset_q(
     ids: list[int] = typer.Argument(..., help="Memory ids whose Q goes back to q_init."),
     reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
@@ -510,12 +645,14 @@ def reset_q(
         emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q reset"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl undo --source judge-v2 --dry-run',
+    'memrl undo --since 2026-01-05T10:00 --until 2026-01-05T12:00'))
 def undo(
-    source: Optional[str] = typer.Option(None, help="Undo the rewards whose source matches this pattern "
+    source: Optional[str] = typer.Option(None, metavar="PATTERN", help="Undo the rewards whose source matches this pattern "
                                                     "(* any text, ? one character)."),
-    since: Optional[str] = typer.Option(None, help="Undo the rewards given at or after this ISO 8601 time."),
-    until: Optional[str] = typer.Option(None, help="Undo the rewards given before this ISO 8601 time."),
+    since: Optional[str] = typer.Option(None, metavar="TIME", help="Undo the rewards given at or after this ISO 8601 time."),
+    until: Optional[str] = typer.Option(None, metavar="TIME", help="Undo the rewards given before this ISO 8601 time."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     reason: Optional[str] = REASON, by: Optional[str] = BY, db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
@@ -536,7 +673,11 @@ def _render_undo(d: dict[str, Any]) -> None:
           + (f"; {d['superseded']} matching rewards precede a set row and no longer count" if d["superseded"] else ""))
 
 
-@app.command("inspect")
+@app.command("inspect", epilog=examples(
+    'memrl inspect',
+    'memrl inspect --top-q 10',
+    'memrl inspect --memory 4 --json',
+    'memrl inspect --verify'))
 def inspect_cmd(
     top_q: Optional[int] = typer.Option(None, help="Show the N memories with the highest Q."),
     memory: Optional[int] = typer.Option(None, help="Show one memory with its ledger and receipts."),
@@ -599,7 +740,9 @@ def _render_stats(d: dict[str, Any]) -> None:
     table(rows, ["field", "value"], "bank")
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl explain 17',
+    'memrl explain 17 --json | jq .candidates'))
 def explain(retrieval_id: int = typer.Argument(..., help="A retrieval id."), db: Optional[str] = DB,
             as_json: bool = JSON) -> None:
     """Why a retrieval selected what it selected (same as `inspect --explain`)."""
@@ -609,7 +752,10 @@ def explain(retrieval_id: int = typer.Argument(..., help="A retrieval id."), db:
         emit(inspection.explain(open_bank(db, create=False), retrieval_id), as_json, _render_explain)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl calibrate',
+    'memrl calibrate --mean 0.2 --std 0.1',
+    'memrl calibrate --clear --json'))
 def calibrate(
     mean: Optional[float] = typer.Option(None, help="Fix the bank's similarity mean (used by --sim-stats bank)."),
     std: Optional[float] = typer.Option(None, help="Fix the bank's similarity std (used by --sim-stats bank)."),
@@ -618,10 +764,11 @@ def calibrate(
 ) -> None:
     """Recompute the bank's similarity statistics (z(sim) under --sim-stats bank), or fix them."""
     with command(as_json):
-        emit(open_bank(db, create=False).calibrate(mean, std, clear), as_json, lambda d: print(json.dumps(d, indent=2)))
+        emit(open_bank(db, create=False).calibrate(mean, std, clear), as_json, _render_calibration)
 
 
-@app.command(context_settings={"ignore_unknown_options": True})  # so that MIN may be negative: `reward_range -5 5`
+@app.command(context_settings={"ignore_unknown_options": True},  # so that MIN may be negative: `reward_range -5 5`
+             epilog=examples("memrl config", "memrl config reward_range -5 5", "memrl config reward_range --reset"))
 def config(
     name: Optional[str] = typer.Argument(None, help="A bank setting: reward_range."),
     values: Optional[list[str]] = typer.Argument(None, help="Its new value: reward_range MIN MAX."),
@@ -650,9 +797,33 @@ def config(
              lambda d: print(f"reward_range {d['reward_range'][0]:g} {d['reward_range'][1]:g}"))
 
 
-@app.command("export")
+def _render_calibration(d: dict[str, Any]) -> None:
+    stats, override, used = d.get("stats"), d.get("override"), d.get("used")
+    print("z(sim) uses: " + (f"mean {used['mean']:.4f}, std {used['std']:.4f}" if used else "nothing yet (no memories)")
+          + (" (a fixed override)" if override else " (the bank's own statistics)" if stats else ""))
+    if stats:
+        print(f"the bank's statistics: mean {stats['mean']:.4f}, std {stats['std']:.4f} over {stats['pairs']} "
+              f"pairs of {count(stats['memories'], 'memory', 'memories')} ({stats['method']}, {stats['updated_at']})")
+    if override:
+        print(f"override: mean {override['mean']:.4f}, std {override['std']:.4f} (set {override['set_at']}; "
+              "`memrl calibrate --clear` drops it)")
+
+
+def _render_doctor(d: dict[str, Any]) -> None:
+    fields = {k: v for k, v in d.items() if k not in ("ok", "problems")}
+    width = max(map(len, fields), default=0)
+    for key, value in fields.items():
+        shown = json.dumps(value) if isinstance(value, (dict, list)) else "-" if value is None else value
+        print(f"{key:<{width}}  {shown}")
+    print("ok: no problems found" if d["ok"] else "problems:\n" + "\n".join(f"  - {p}" for p in d["problems"]))
+
+
+@app.command("export", epilog=examples(
+    'memrl export -o bank.jsonl',
+    'memrl export --vectors | gzip > bank.jsonl.gz',
+    'memrl export --db a.db | memrl import - --db b.db'))
 def export_cmd(
-    output: str = typer.Option("-", "--output", "-o", help="File to write, or - for stdout."),
+    output: str = typer.Option("-", "--output", "-o", metavar="FILE|-", help="File to write, or - for stdout."),
     vectors: bool = typer.Option(False, "--vectors", help="Include the embedding vectors."),
     db: Optional[str] = DB,
     as_json: bool = typer.Option(False, "--json", help="With -o FILE: print {\"path\", \"memories\"} as one JSON "
@@ -677,11 +848,13 @@ def export_cmd(
                  lambda d: sys.stderr.write(f"exported {count(n, 'memory', 'memories')} to {output}\n"))
 
 
-@app.command("import")
+@app.command("import", epilog=examples(
+    'memrl import bank.jsonl',
+    'memrl import bank.jsonl --merge-duplicates --db shared.db --json'))
 def import_cmd(
     source_file: str = typer.Argument(..., help="A `memrl export` file, plain ingest JSONL, or - for stdin."),
     merge_duplicates: bool = typer.Option(False, help="Reconcile duplicates (visit-weighted Q) instead of skipping."),
-    embedder: Optional[str] = typer.Option(None, envvar="MEMRL_EMBEDDER", help="Embedder for a new bank."),
+    embedder: Optional[str] = typer.Option(None, envvar="MEMRL_EMBEDDER", metavar="SPEC", help="Embedder for a new bank."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
     """Import memories with their Q and ledger, all or nothing; re-embeds when vectors do not fit."""
@@ -699,11 +872,12 @@ def import_cmd(
                                               f"{d['merged']} merged"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl merge a.db b.db -o merged.db'))
 def merge(
     first: str = typer.Argument(..., help="First bank."),
     second: str = typer.Argument(..., help="Second bank."),
-    output: str = typer.Option(..., "--output", "-o",
+    output: str = typer.Option(..., "--output", "-o", metavar="FILE|URL",
                                help="The new merged bank: a file that must not exist, or an empty PostgreSQL bank's URL."),
     as_json: bool = JSON,
 ) -> None:
@@ -718,7 +892,9 @@ def merge(
             f"{count(d['merged'], 'duplicate', 'duplicates')} merged"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl backup copy.db',
+    'memrl backup nightly.db --force --json'))
 def backup(
     destination: str = typer.Argument(..., help="Where to write the copy."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
@@ -732,10 +908,13 @@ def backup(
         emit({"path": destination, "bytes": size}, as_json, lambda d: print(f"backed up to {d['path']} ({d['bytes']} bytes)"))
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl doctor',
+    'memrl doctor --rebuild-index',
+    'memrl doctor --index vec --json'))
 def doctor(
     rebuild_index: bool = typer.Option(False, "--rebuild-index", help="Rebuild the sqlite-vec index from raw vectors."),
-    index: Optional[str] = typer.Option(None, "--index", help="Build or drop the engine index: vec or none (SQLite), "
+    index: Optional[str] = typer.Option(None, "--index", metavar="KIND", help="Build or drop the engine index: vec or none (SQLite), "
                                                                "hnsw or exact (PostgreSQL)."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
@@ -750,12 +929,15 @@ def doctor(
         if index is not None:
             report["index"] = bank.set_index(index)
         report.update(inspection.verify(bank))
-        emit(report, as_json, lambda d: print(json.dumps(d, indent=2)))
+        emit(report, as_json, _render_doctor)
         if not report["ok"]:
             raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl bench alfworld --local-llm --epochs 2 --limit 2 --max-steps 5 --eval none',
+    'memrl bench alfworld --epochs 10 --method memrl,rag,none',
+    'memrl bench alfworld --resume runs/alfworld-memrl-20260105-093012-ab12'))
 def bench(
     name: str = typer.Argument(..., help="Benchmark: alfworld, bigcodebench, llb-db, llb-os, hle, or module:Class."),
     method: Optional[str] = typer.Option(None, help="memrl (the paper, λ=0.5), rag (λ=0), none, memrl-conditioned, "
@@ -779,21 +961,21 @@ def bench(
     alpha: Optional[float] = typer.Option(None, help="Q learning rate [0.3]."),
     seed: Optional[int] = typer.Option(None, help="Seed for exploration [0]."),
     data: Optional[str] = typer.Option(None, help="Benchmark data location (ALFWorld: else $ALFWORLD_DATA)."),
-    option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="Adapter option KEY=VALUE (repeatable)."),
-    config: Optional[str] = typer.Option(None, help="YAML with `bench:` and `llm:` sections (see configs/)."),
+    option: Optional[list[str]] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help="Adapter option KEY=VALUE (repeatable)."),
+    config: Optional[str] = typer.Option(None, metavar="FILE", help="YAML with `bench:` and `llm:` sections (see configs/)."),
     model: Optional[str] = typer.Option(None, help="Agent model [env MEMRL_MODEL]."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL [env OPENAI_BASE_URL]."),
-    temperature: Optional[str] = typer.Option(None, help="Sampling temperature of every call, or `default` to send "
+    base_url: Optional[str] = typer.Option(None, metavar="URL", help="OpenAI-compatible base URL [env OPENAI_BASE_URL]."),
+    temperature: Optional[str] = typer.Option(None, metavar="NUMBER|default", help="Sampling temperature of every call, or `default` to send "
                                                          "none [config, else none: reasoning models need that]."),
-    embedder: Optional[str] = typer.Option(None, help="Embedding model of the run's bank, e.g. "
+    embedder: Optional[str] = typer.Option(None, metavar="SPEC", help="Embedding model of the run's bank, e.g. "
                                                       "openai:text-embedding-3-large (the authors') [local MiniLM]."),
     local_llm: bool = typer.Option(False, "--local-llm", help="Serve the offline SmolLM2-135M model (plumbing check)."),
     workers: int = typer.Option(4, help="Worker processes that play the episodes (0 = in this process)."),
     concurrency: Optional[int] = typer.Option(None, help="Most episodes (and LLM requests) in flight at once, "
                                                          "threads across the workers [config, else the batch size]."),
-    runs_dir: str = typer.Option("runs", help="Where run directories are written."),
-    resume: Optional[str] = typer.Option(None, help="Continue the run in this run directory."),
-    db: Optional[str] = typer.Option(None, "--db", show_default=False,  # never $MEMRL_DB: a user's agent bank
+    runs_dir: str = typer.Option("runs", metavar="DIR", help="Where run directories are written."),
+    resume: Optional[str] = typer.Option(None, metavar="RUN_DIR", help="Continue the run in this run directory."),
+    db: Optional[str] = typer.Option(None, "--db", show_default=False, metavar="FILE|URL",  # never $MEMRL_DB: a user's agent bank
                                      help="Bank to learn in [default: a new bank.db in the run directory; "
                                           "MEMRL_DB is not used]."),
     as_json: bool = JSON,
@@ -807,7 +989,10 @@ def bench(
         emit(summary, as_json, render)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl report runs/alfworld-memrl-20260105-093012-ab12',
+    'memrl report runs/alfworld-memrl-20260105-093012-ab12 --json',
+    'memrl report runs/alfworld-memrl-20260105-093012-ab12 --q   # does Q predict success?'))
 def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/, with config.json)."),
            q: bool = typer.Option(False, "--q", help="The paper's utility analysis instead: success rate by Q bin "
                                                      "and Spearman's ρ of Q with success, per epoch; writes "
@@ -862,25 +1047,44 @@ def need_extra(module: str, extra: str) -> None:
         raise MemrlError(f"this command needs the {extra!r} extra: pip install 'memrl[{extra}]'")
 
 
-@app.command()
+MCP_PORT = 8766  # `memrl mcp --host` without --port; the proxy's is 8765, the offline model's 8767
+
+
+@app.command(epilog=examples(
+    'memrl mcp --db ~/agent.db                         # stdio, as MCP clients launch it',
+    'memrl mcp --port 8766 --db ~/agent.db             # http://127.0.0.1:8766/mcp',
+    'memrl mcp --host 0.0.0.0 --port 8766 --token "$MEMRL_TOKEN" --read-only'))
 def mcp(
-    http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT",
-                                       help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    host: Optional[str] = typer.Option(None, show_default=False, help="Serve streamable HTTP at http://HOST:PORT/mcp "
+                                       "instead of stdio, bound to this address (anything but loopback needs "
+                                       "--token) [default with --port: 127.0.0.1]."),
+    port: Optional[int] = typer.Option(None, show_default=False, help="Serve streamable HTTP on this port instead of "
+                                       f"stdio (0: any free port) [default with --host: {MCP_PORT}]."),
+    http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT", hidden=True,
+                                       help="Deprecated: --host HOST --port PORT."),
     alpha: float = typer.Option(0.3, help="Learning rate α of the reward tools (the server's, not the model's)."),
     selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
 ) -> None:
-    """Serve the bank as MCP tools (retrieve, remember, reward, reward_memories, top_memories, explain, stats)
-    over stdio or HTTP."""
+    """Serve the bank as MCP tools (retrieve, remember, reward, reward_memories, top_memories, explain, stats) over
+    stdio, or over HTTP with --host/--port."""
     with command(False):
+        if http is not None:
+            if host is not None or port is not None:
+                raise MemrlError("give --host/--port, not --http (its deprecated form)")
+            sys.stderr.write("memrl: warning: --http HOST:PORT is deprecated; use --host HOST --port PORT\n")
+        elif host is not None or port is not None:
+            http = f"{host or '127.0.0.1'}:{MCP_PORT if port is None else port}"
         need_extra("mcp", "mcp")
         from memrl_cli.mcp_server import serve
 
         serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector, alpha=alpha)
 
 
-@app.command()
+@app.command(epilog=examples(
+    'memrl proxy --upstream https://api.openai.com/v1 --db ~/agent.db   # 127.0.0.1:8765',
+    'memrl proxy --upstream http://127.0.0.1:8000/v1 --port 9000 --k2 5'))
 def proxy(
-    upstream: str = typer.Option(..., help="The OpenAI-compatible API to forward to, e.g. https://api.openai.com/v1."),
+    upstream: str = typer.Option(..., metavar="URL", help="The OpenAI-compatible API to forward to, e.g. https://api.openai.com/v1."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (anything but loopback needs --token)."),
     port: int = typer.Option(8765, help="Port to listen on (0: any free port)."),
     k1: int = typer.Option(5, help="Phase A recall size."),
@@ -904,6 +1108,23 @@ def proxy(
         serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
               defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector),
               task_message=task_message, task_chars=task_chars)
+
+
+@app.command("help", epilog=examples("memrl help", "memrl help retrieve        # same as memrl retrieve --help"))
+def help_cmd(ctx: typer.Context,
+             command: Optional[str] = typer.Argument(None, metavar="COMMAND", help="The command to explain.")) -> None:
+    """Show memrl's help, or a command's (the same as -h or --help)."""
+    root = ctx.parent
+    assert root is not None
+    group: Any = root.command
+    if command is None:
+        sys.stdout.write(group.get_help(root) + "\n")
+        return
+    target = group.get_command(root, command)
+    if target is None:
+        fail(MemrlError(f"no command {command!r}; the commands are {', '.join(group.list_commands(root))}"), False)
+    with target.make_context(command, [], parent=root, resilient_parsing=True) as sub:
+        sys.stdout.write(target.get_help(sub) + "\n")
 
 
 def main() -> None:

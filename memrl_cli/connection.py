@@ -98,7 +98,7 @@ class BankConnection:
     def _rollback(self) -> None:
         try:
             self.store.rollback()
-        except self.store.errors:  # the connection itself is gone: the server rolled back
+        except self.store.errors + (MemrlError,):  # the connection itself is gone: the server rolled back
             pass
 
     # -- caches -----------------------------------------------------------------

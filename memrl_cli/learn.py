@@ -21,17 +21,30 @@ FAILURE_REWARD = -1.0
 REWARD_RANGE = (FAILURE_REWARD, SUCCESS_REWARD)  # the rewards a bank accepts unless its meta widens it
 
 
+REWARD_WORDS = {"success": SUCCESS_REWARD, "failure": FAILURE_REWARD}  # what a reward may also be given as
+
+
+def _finite(value: Any, what: str) -> float:
+    """`value` as a finite float, or a MemrlError saying what `what` must be."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise MemrlError(f"{what}, got {value!r}")
+    return number
+
+
 def check_reward(reward: Any, alpha: Any = DEFAULT_ALPHA, floor: Any = None,
                  bounds: tuple[float, float] = REWARD_RANGE) -> tuple[float, float, float | None]:
-    """Validate a reward within `bounds` (inclusive), a learning rate in (0, 1] and an optional floor;
-    return them as floats."""
-    try:
-        r, a = float(reward), float(alpha)
-        f = None if floor is None else float(floor)
-    except (TypeError, ValueError):
-        raise MemrlError(f"reward, alpha and floor must be numbers, got {reward!r}, {alpha!r}, {floor!r}") from None
-    if not (math.isfinite(r) and math.isfinite(a) and (f is None or math.isfinite(f))):
-        raise MemrlError("reward, alpha and floor must be finite numbers (no NaN or inf)")
+    """Validate a reward within `bounds` (inclusive; a number, or `success`/`failure`: 1/-1), a learning rate
+    in (0, 1] and an optional floor; return them as floats."""
+    if isinstance(reward, str) and reward.strip().lower() in REWARD_WORDS:
+        reward = REWARD_WORDS[reward.strip().lower()]
+    r = _finite(reward, "the reward must be a finite number (1 for success, -1 for failure, or a value in "
+                        "between) or the word success or failure")
+    a = _finite(alpha, "alpha (the learning rate) must be a finite number in (0, 1]")
+    f = None if floor is None else _finite(floor, "the floor (the lowest Q after an update) must be a finite number")
     if not 0 < a <= 1:
         raise MemrlError(f"alpha must be in (0, 1], got {a}")
     if not bounds[0] <= r <= bounds[1]:

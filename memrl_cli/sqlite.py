@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -109,12 +110,112 @@ def connect(path: str, *, readonly: bool = False) -> Any:
     return conn
 
 
+class MappedCursor:
+    """A cursor whose driver errors (a damaged page is found while rows are read) become MemrlError."""
+
+    __slots__ = ("_cursor", "_map")
+
+    def __init__(self, cursor: Any, mapper: Callable[[BaseException], MemrlError]) -> None:
+        self._cursor, self._map = cursor, mapper
+
+    def fetchone(self) -> Any:
+        try:
+            return self._cursor.fetchone()
+        except Error as exc:
+            raise self._map(exc) from None
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return self._cursor.fetchall()
+        except Error as exc:
+            raise self._map(exc) from None
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        try:
+            return self._cursor.fetchmany(size)
+        except Error as exc:
+            raise self._map(exc) from None
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            rows = self.fetchmany(256)
+            if not rows:
+                return
+            yield from rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+class MappedConnection:
+    """The bank's connection, whose driver errors become one-line `MemrlError`s (`SqliteStore.error`):
+    whatever part of memrl reads a damaged page, a user gets what to do, never the driver's exception."""
+
+    __slots__ = ("raw", "_map")
+
+    def __init__(self, conn: Any, mapper: Callable[[BaseException], MemrlError]) -> None:
+        self.raw, self._map = conn, mapper
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> MappedCursor:
+        try:
+            return MappedCursor(self.raw.execute(sql, args), self._map)
+        except Error as exc:
+            raise self._map(exc) from None
+
+    def executemany(self, sql: str, rows: Any) -> MappedCursor:
+        try:
+            return MappedCursor(self.raw.executemany(sql, rows), self._map)
+        except Error as exc:
+            raise self._map(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 def scratch() -> Any:
     """A throwaway in-memory database of the same driver (the schema check's reference definitions)."""
     return driver.connect(":memory:", isolation_level=None)
 
 
 PAGE_SIZE = 16_384  # a memory (~1.5 KB vector + text) fits several per page; at 4 KB each took a whole page
+NEW_BANK_RULE = "memrl makes a new bank only where no file exists"
+
+
+def refuse_foreign_file(path: str) -> None:
+    """Refuse an existing file that cannot be a bank before SQLite touches it: an empty (0-byte) file,
+    or one that is not a SQLite database (a bank is never either: `create_bank_file`)."""
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise MemrlError(f"{path} is an empty file, not a memrl bank ({NEW_BANK_RULE}: remove the file, "
+                         "or give another --db / MEMRL_DB)")
+    if not _has_sqlite_header(path):
+        raise MemrlError(f"{path} is not a memrl bank: not a SQLite database (check --db / MEMRL_DB; if "
+                         "it was a bank, its header is damaged: restore it from a `memrl backup` copy)")
+
+
+def create_bank_file(path: str) -> None:
+    """Make a new bank at `path`, which does not exist, atomically: built complete under a staging name,
+    then linked into place unless a file appeared there meanwhile (another process's new bank, then
+    used as it is). So a bank file is never half-made, and an existing file never becomes a bank."""
+    staging = f"{path}.new-{os.getpid()}-{threading.get_ident()}"
+    try:
+        conn = connect(staging)
+        try:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # only a new file can choose it, before WAL and tables
+            conn.execute("PRAGMA journal_mode = WAL")
+            sqlite_schema.migrate(conn)
+        finally:
+            conn.close()  # the last connection: checkpoints the WAL into the file
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not os.path.exists(path):
+                os.replace(staging, path)
+    finally:
+        for leftover in (staging, f"{staging}-wal", f"{staging}-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 class SqliteStore(Store):
@@ -137,14 +238,16 @@ class SqliteStore(Store):
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
                 raise MemrlError(f"cannot create a bank at {path}: the directory {parent} does not exist")
+        else:
+            refuse_foreign_file(path)  # before connecting: nothing may be written to a file that is not a bank
         self.warnings: list[str] = []
         try:
-            self.conn = connect(path, readonly=readonly)
+            if not exists:
+                create_bank_file(path)
+            self.conn = MappedConnection(connect(path, readonly=readonly), self.error)
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            self.warnings += sqlite_schema.check_trusted(self.conn, scratch)
+            self.warnings += sqlite_schema.check_trusted(self.conn, scratch, path)
             if not readonly:
-                if not exists:  # only a new file can choose its page size (before WAL and the first table)
-                    self.conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     self.conn.execute("PRAGMA journal_mode = WAL")
                 self.conn.execute("PRAGMA synchronous = NORMAL")
@@ -152,11 +255,15 @@ class SqliteStore(Store):
             elif self.schema_version() != schema.LATEST:
                 raise MemrlError(f"{path} is not a memrl bank at schema {schema.LATEST}; open it writable to migrate")
             schema.check_meta(self.conn)
-        except DatabaseError as exc:
-            raise self.error(exc) from None
-        self.vec = load_vec(self.conn)
-        self._index_ignored = False
-        self._check_index()
+            self.vec = load_vec(self.conn)
+            self._index_ignored = False
+            self._check_index()
+        except BaseException as exc:
+            if hasattr(self, "conn"):
+                self.conn.close()  # a refused file: no connection (nor its -wal and -shm files) left behind
+            if isinstance(exc, DatabaseError):
+                raise self.error(exc) from None
+            raise
 
     def _check_index(self) -> None:
         """Rebuild (or, read-only, ignore) a vec0 index that is altered or stale; forget a stale mark
@@ -200,13 +307,18 @@ class SqliteStore(Store):
         try:
             target = connect(destination)
             try:
-                self.conn.backup(target)
+                self.conn.raw.backup(target)
+                problems = [row[0] for row in target.execute("PRAGMA quick_check(3)")]
             finally:
                 target.close()
         except Error as exc:
             if os.path.exists(destination):
                 os.remove(destination)
             raise MemrlError(f"cannot write a backup to {destination}: {exc}") from None
+        if problems != ["ok"]:  # the online backup copies pages as they are: a damaged bank gives a damaged copy
+            os.remove(destination)
+            raise MemrlError(f"{self.path} is damaged, not a valid memrl bank ({problems[0]}); no backup written: "
+                             "restore it from an earlier `memrl backup` copy")
 
     def index_problems(self, memories: int) -> list[str]:
         info = self.index_info()
@@ -237,14 +349,18 @@ class SqliteStore(Store):
             if not _has_sqlite_header(path):
                 return MemrlError(f"{path} is not a memrl bank: not a SQLite database (check --db / MEMRL_DB; if "
                                   "it was a bank, its header is damaged: restore it from a `memrl backup` copy)")
-            return MemrlError(f"{path} is not a valid memrl bank ({message}); restore it from a `memrl backup` copy")
+            return MemrlError(f"{path} is damaged, not a valid memrl bank ({message}); nothing was changed: "
+                              "restore it from a `memrl backup` copy")
         if "unable to open" in message:
             folder = os.path.dirname(os.path.abspath(path))
             if os.path.exists(path) and not os.access(folder, os.W_OK):
                 return MemrlError(f"cannot open {path}: its directory is read-only, and SQLite needs to "
                                   "create the bank's -wal and -shm files next to it")
             return MemrlError(f"cannot open {path}: {message}")
-        return MemrlError(f"database error on {path}: {message}")
+        if "UNIQUE constraint failed" in message:
+            return MemrlError(f"another process wrote the same rows to {path} at the same time ({message}); "
+                              "nothing was changed: run the command again")
+        return MemrlError(f"database error on {path}: {message}; nothing was changed")
 
     def trim_query_cache(self, keep: int) -> None:
         self.conn.execute("DELETE FROM query_cache WHERE rowid <= (SELECT max(rowid) FROM query_cache) - ?", (keep,))

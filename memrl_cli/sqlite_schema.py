@@ -80,7 +80,7 @@ def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
 
-def check_trusted(conn: Any, connect: Callable[[], Any]) -> list[str]:
+def check_trusted(conn: Any, connect: Callable[[], Any], name: str = "this SQLite file") -> list[str]:
     """Refuse a foreign SQLite file, or a bank carrying triggers, extra indexes, or memrl tables
     defined differently; return warnings about other foreign objects.
 
@@ -94,10 +94,12 @@ def check_trusted(conn: Any, connect: Callable[[], Any]) -> list[str]:
         raise MemrlError(f"refusing to open a bank with triggers memrl did not create ({names}): "
                          "they would run on every write; inspect them with sqlite3 and drop them if you trust the file")
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version < 0 or (version == 0 and conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]):
-        raise MemrlError("this SQLite file is not a memrl bank (it has tables but no memrl schema version); "
-                         "give a new file or a memrl bank")
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version <= 0 or not {"meta", "memories"} <= tables:
+        what = ("an empty SQLite database" if not tables - {"sqlite_sequence"} else
+                "it has tables but no memrl schema version" if version <= 0 else "it lacks memrl's tables")
+        raise MemrlError(f"{name} is not a memrl bank ({what}); memrl makes a new bank only where no "
+                         "file exists: give a new path or a memrl bank")
     expected = definitions(version, connect) if version <= LATEST else {}
     for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'index') "
                                         "AND sql IS NOT NULL"):

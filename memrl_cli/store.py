@@ -122,7 +122,7 @@ class Store(BankViews, BankRepairs, RunRecords):
             try:
                 self.conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
                 self.conn.execute(f"RELEASE SAVEPOINT {name}")
-            except self.errors:  # the connection itself is gone: the enclosing transaction fails too
+            except self.errors + (MemrlError,):  # the connection itself is gone: the enclosing transaction fails too
                 pass
             raise
         self.conn.execute(f"RELEASE SAVEPOINT {name}")

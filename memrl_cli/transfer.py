@@ -45,8 +45,15 @@ def read_jsonl(stream: IO[bytes]) -> Iterator[tuple[int, Any]]:
 
 
 def parse_ingest_lines(stream: IO[bytes]) -> list[MemoryInput]:
-    """Validate a whole JSONL ingest stream before anything is written."""
-    return [MemoryInput.parse(obj, f"line {number}: ") for number, obj in read_jsonl(stream)]
+    """Validate a whole JSONL ingest stream before anything is written (a `memrl export` file is pointed
+    to `memrl import`, which keeps its Q and ledgers)."""
+    records = []
+    for number, obj in read_jsonl(stream):
+        if number == 1 and isinstance(obj, dict) and "memrl_export" in obj:
+            raise MemrlError("this is a `memrl export` file (its line 1 is the export header): load it with "
+                             "`memrl import FILE` (or `memrl export | memrl import -`), which keeps Q and the ledger")
+        records.append(MemoryInput.parse(obj, f"line {number}: "))
+    return records
 
 
 def export_jsonl(bank: MemoryBank, out: IO[str], vectors: bool = False) -> int:

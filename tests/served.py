@@ -1,4 +1,4 @@
-"""Helpers for the server tests: run `memrl mcp --http` / `memrl proxy` as real subprocesses, and read a
+"""Helpers for the server tests: run `memrl mcp --host --port` / `memrl proxy` as real subprocesses, and read a
 bank's learned state to compare two banks."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import typer.main
 
 from conftest import cli_env, error_line
 from memrl_cli.bank import MemoryBank
-from memrl_cli.cli import app
+from memrl_cli.cli import app, type_name
 from memrl_cli.retrieve import RetrieveParams
 
 DIM = 8
@@ -104,6 +104,20 @@ def corrupt_pages(db: Path) -> None:
     for start in range(page, len(data), page):  # every b-tree page but the schema's
         data[start:start + 64] = b"\xa5" * 64
     db.write_bytes(bytes(data))
+
+
+def damage_page(table: str) -> Callable[[Path], None]:
+    """Overwrite the root page of `table` (in this small bank, all its rows) with garbage: a bank with a damaged page."""
+    def damage(db: Path) -> None:
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+        conn.close()
+        data = bytearray(db.read_bytes())
+        size = int.from_bytes(data[16:18], "big")
+        data[(page - 1) * size:page * size] = b"\xa5" * size
+        db.write_bytes(bytes(data))
+    return damage
 
 
 def sql(*statements: str) -> Callable[[Path], None]:
@@ -211,6 +225,8 @@ CASES = [
          stdin=jsonl(memory(1, colour="red")).encode()),
     Case("ingest wrong dimension in the middle of a stream", args("ingest", "--jsonl", "-"), "dimension 3",
          stdin=jsonl(memory(1), memory(2, vector=[1, 2, 3]), memory(3)).encode()),
+    Case("ingest a memrl export file", args("ingest", "--jsonl", "-"), "load it with `memrl import FILE`",
+         stdin=jsonl(EXPORT_HEADER, memory(1)).encode()),
     Case("ingest missing JSONL file", args("ingest", "--jsonl", "{dir}/nope.jsonl"), "cannot read"),
     # retrieve
     Case("retrieve vector of the wrong dimension", args("retrieve", "q", "--vector", "[1, 2]"), "dimension 2"),
@@ -225,7 +241,8 @@ CASES = [
     # reward
     Case("reward NaN", args("reward", "--memory", "1", "--reward", "nan"), "finite"),
     Case("reward inf", args("reward", "--memory", "1", "--reward", "inf"), "finite"),
-    Case("reward non-numeric", args("reward", "--memory", "1", "--reward", "good"), "numbers"),
+    Case("reward non-numeric", args("reward", "--memory", "1", "--reward", "yes"),
+         "finite number (1 for success, -1 for failure, or a value in between) or the word success or failure"),
     Case("reward without a value", args("reward", "--memory", "1"), "give --reward"),
     Case("reward unknown memory", args("reward", "--memory", "999", "--reward", "1"), "unknown memory id 999"),
     Case("reward unknown receipt", args("reward", "--retrieval", "999", "--reward", "1"), "unknown retrieval id 999"),
@@ -279,6 +296,14 @@ CASES = [
          "not a memrl bank: not a SQLite database"),
     Case("corrupt pages", damaged(corrupt_pages, "ingest", "--intent", "a", "--experience", "b", "--vector", V),
          "not a valid memrl bank"),
+    Case("retrieve from a bank with a damaged page", damaged(damage_page("memories"), "retrieve", "q", "--vector", V),
+         "is damaged, not a valid memrl bank (database disk image is malformed)"),
+    Case("inspect the top Q of a bank with a damaged page", damaged(damage_page("memories"), "inspect", "--top-q", "3"),
+         "is damaged, not a valid memrl bank (database disk image is malformed)"),
+    Case("inspect the stats of a bank with a damaged page", damaged(damage_page("memories"), "inspect"),
+         "is damaged, not a valid memrl bank (database disk image is malformed)"),
+    Case("backup of a bank with a damaged page", damaged(damage_page("rewards"), "backup", "{dir}/copy.db"),
+         "is damaged, not a valid memrl bank"),
     Case("a text file as the bank", lambda d, db: (db.write_text("hello\n" * 100), ["inspect", "--stats"])[1],
          "not a memrl bank: not a SQLite database"),
     Case("a directory as the bank", args("inspect", "--stats", "--db", "{dir}"), "directory"),
@@ -387,3 +412,140 @@ def test_bad_input_is_one_line_error_and_changes_nothing(case: Case, outcomes: d
     line = error_line(result)
     assert case.expect.lower() in line.lower(), line
     assert result.after == result.before
+
+
+# -- every command, fed a bank file that is not a bank --------------------------------------------------------
+# Each registered command (iterated from the Typer app, so a new one is covered as it lands) is pointed at a
+# damaged bank, an empty file, another program's SQLite database and a file that is not SQLite, and must
+# refuse it in one line naming the problem, writing nothing: not to the file, nor a file next to it.
+
+NO_BANK = {"help"}  # the commands that open no bank
+
+
+def foreign_sqlite(db: Path) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO accounts VALUES (1, 'x')")
+    conn.close()
+
+
+BAD_BANKS: dict[str, tuple[Callable[[Path, Path], None], str]] = {  # (make it from the template, expected text)
+    # one damaged page, the meta table's, which every command reads when it opens a bank
+    "damaged": (lambda template, db: (shutil.copy(template, db), damage_page("meta")(db)) and None,
+                "is damaged, not a valid memrl bank (database disk image is malformed)"),
+    "empty file": (lambda template, db: db.write_bytes(b""), "is an empty file, not a memrl bank"),
+    "foreign SQLite": (lambda template, db: foreign_sqlite(db), "is not a memrl bank (it has tables but no memrl"),
+    "not SQLite": (lambda template, db: db.write_text("name,q\nfirst,0.5\n"), "not a memrl bank: not a SQLite database"),
+}
+
+
+def bank_argv(name: str, command: typer.core.TyperCommand, bad: Path, d: Path) -> list[str]:
+    """An argv that gets `memrl NAME` as far as opening the bank `bad`: the arguments a command checks before
+    (SPECIAL), else a placeholder for each required parameter, by its type, and `--db bad`."""
+    special: dict[str, list[str]] = {
+        "ingest": ["--intent", "a", "--experience", "b", "--vector", V],
+        "reward": ["--memory", "1", "--reward", "1"],
+        "undo": ["--source", "x"],
+        "import": [str(d / "in.jsonl")],
+        "backup": [str(d / "copy.db")],
+        "export": ["--output", str(d / "out.jsonl")],
+        "bench": [TOY, "--base-url", DEAD_URL, "--runs-dir", str(d / "runs")],
+        "proxy": ["--upstream", DEAD_URL, "--port", "0"],
+        "merge": [str(bad), str(bad), "--output", str(d / "merged.db")],
+        "report": [str(d / "run")],
+    }
+    (d / "in.jsonl").write_text(jsonl(memory(1)))
+    (d / "run").mkdir()
+    (d / "run" / "config.json").write_text(json.dumps({"run_id": "r1", "bank": str(bad)}))
+    if name in special:
+        argv = special[name]
+    else:
+        placeholder = {"INTEGER": "1", "FLOAT": "0.5", "TEXT": "x"}
+        argv = [value for p in command.params if p.required
+                for value in ([] if p.param_type_name == "argument" else [p.opts[0]]) + [placeholder[type_name(p)]]]
+    with_db = any("--db" in p.opts for p in command.params)
+    return [name, *argv, *(["--db", str(bad)] if with_db and "--db" not in argv else [])]
+
+
+def bank_commands() -> dict[str, typer.core.TyperCommand]:
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    return {name: c for name, c in commands.items() if name not in NO_BANK}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_BANKS))
+def test_every_command_refuses_a_bad_bank_in_one_line_and_writes_nothing(kind: str, tmp_path: Path) -> None:
+    """In this process (CliRunner: the commands' own code, as `memrl` runs it, quickly); the subprocess cases above
+    (those of a bank with a damaged page among them) run the real entry point."""
+    from typer.testing import CliRunner
+
+    for name, command in bank_commands().items():  # a new command takes a bank, or is named in NO_BANK
+        assert any("--db" in p.opts for p in command.params) or name in ("merge", "report"), \
+            f"`memrl {name}` takes no --db: add it to NO_BANK, or teach bank_argv how it opens a bank"
+    template = tmp_path / "template.db"
+    make_template(template)
+    make, expect = BAD_BANKS[kind]
+    for i, (name, command) in enumerate(sorted(bank_commands().items())):
+        d = tmp_path / f"case{i}"
+        d.mkdir()
+        bad = d / "bank.db"
+        make(template, bad)
+        argv = bank_argv(name, command, bad, d)
+        files, data = sorted(os.listdir(d)), bad.read_bytes()
+        outputs = []
+        for as_json in ([], ["--json"]) if any("--json" in p.opts for p in command.params) else ([],):
+            result = CliRunner().invoke(app, [*argv, *as_json], prog_name="memrl", env={"MEMRL_DB": None})
+            assert result.exception is None or isinstance(result.exception, SystemExit), (argv, result.exception)
+            # `bench` names its bank first (docs/bench.md); the one line after it is the error
+            stderr = "".join(x for x in result.stderr.splitlines(True) if not x.startswith("memrl: bank: "))
+            outputs.append((result.exit_code, stderr, result.stdout))
+        code, stderr, _ = outputs[0]
+        line = error_line(subprocess.CompletedProcess(argv, code, "", stderr))
+        assert expect in line and str(bad) in line, (argv, line)
+        if len(outputs) == 2:  # --json: the same error as one JSON object on stdout, nothing on stderr
+            assert outputs[1][0] == code and outputs[1][1] == "", (argv, outputs[1])
+            assert json.loads(outputs[1][2])["error"]["message"] == line.removeprefix("memrl: error: "), argv
+        assert bad.read_bytes() == data, f"memrl {name} wrote to a {kind} file"
+        assert sorted(os.listdir(d)) == files, f"memrl {name} left files next to a {kind} file: {os.listdir(d)}"
+
+
+def test_a_second_process_on_a_running_run_stops_in_one_line(tmp_path: Path) -> None:
+    """Two resumes of one run at once: the second finds the run directory's lock held (here by this process,
+    as the first resume would hold it) and stops naming it, before touching the bank or the run."""
+    from memrl_bench.framework.harness import run_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    make_template(tmp_path / "bank.db")
+    (run / "config.json").write_text(json.dumps({"run_id": "r1", "bank": str(tmp_path / "bank.db"),
+                                                 "config": {"benchmark": TOY}}))
+    before = checksum(tmp_path / "bank.db")
+    held = run_lock(run, "r1")
+    try:
+        done = subprocess.run([sys.executable, "-m", "memrl_cli", "bench", TOY, "--resume", str(run), "--base-url",
+                               DEAD_URL], capture_output=True, text=True, env=cli_env(), timeout=180)
+    finally:
+        os.close(held)
+    done.stderr = "".join(x for x in done.stderr.splitlines(True) if not x.startswith("memrl: bank: "))
+    line = error_line(done)
+    assert f"run r1 is already running in another process (pid {os.getpid()})" in line, line
+    assert f"--resume {run}" in line and checksum(tmp_path / "bank.db") == before
+    assert sorted(os.listdir(run)) == ["config.json", "run.lock"]
+
+
+def test_a_constraint_race_is_one_line_that_says_to_run_again(tmp_path: Path) -> None:
+    """Two processes recording the same row at once (here: the same run twice, as two racing starts of one run
+    would): the loser's UNIQUE violation is a one-line MemrlError saying what happened, and nothing is written."""
+    from memrl_cli import runs
+    from memrl_cli.errors import MemrlError
+
+    db = tmp_path / "bank.db"
+    make_template(db)
+    with MemoryBank(db) as bank:
+        runs.create_run(bank, "r1", "toy", "memrl", {}, {}, 0, "test")
+        before = checksum(db)
+        with pytest.raises(MemrlError) as raised:
+            runs.create_run(bank, "r1", "toy", "memrl", {}, {}, 0, "test")
+    message = str(raised.value)
+    assert message.startswith(f"another process wrote the same rows to {db} at the same time (UNIQUE constraint "
+                              "failed: runs.id); nothing was changed: run the command again"), message
+    assert "\n" not in message and checksum(db) == before

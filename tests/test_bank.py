@@ -226,7 +226,7 @@ def test_reward_rule_ledger_and_repeat_refusal(bank_at: Callable[[str], str]) ->
 @pytest.mark.parametrize("kwargs, message", [
     ({"reward": float("nan"), "memory_ids": [1]}, "finite"),
     ({"reward": float("inf"), "memory_ids": [1]}, "finite"),
-    ({"reward": "lots", "memory_ids": [1]}, "must be numbers"),
+    ({"reward": "lots", "memory_ids": [1]}, "must be a finite number"),
     ({"reward": 1.0, "memory_ids": [1], "alpha": 0.0}, r"alpha must be in \(0, 1\]"),
     ({"reward": 1.0, "memory_ids": [1, 999]}, "unknown memory id 999"),
     ({"reward": 1.0, "retrieval_id": 42}, "unknown retrieval id 42"),

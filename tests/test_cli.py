@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -135,7 +135,7 @@ def test_ingest_retrieve_reward_inspect_flow(bank: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["reward", "--memory", "1", "--reward", "nan"], "finite"),
     (["reward", "--memory", "1", "--reward", "inf"], "finite"),
-    (["reward", "--memory", "1", "--reward", "lots"], "must be numbers"),
+    (["reward", "--memory", "1", "--reward", "lots"], "must be a finite number"),
     (["reward", "--memory", "99", "--reward", "1"], "unknown memory id 99"),
     (["reward", "--retrieval", "99", "--reward", "1"], "unknown retrieval id 99"),
     (["retrieve", "apple", "--threshold", "1.5"], "threshold must be a number in [-1, 1]"),
@@ -291,3 +291,141 @@ def test_a_file_that_is_not_sqlite_is_not_called_a_corrupt_bank(tmp_path: Path) 
     notes.write_text("shopping list\n" * 50)
     line = error_line(memrl(notes, "inspect", "--stats", ok=False))
     assert "is not a memrl bank: not a SQLite database" in line and "check --db / MEMRL_DB" in line
+
+
+# -- a CLI with manners (issue 34, item 6) -------------------------------------------------------------------
+
+def _invoke(*args: str, width: int = 80) -> Any:
+    """`memrl ARGS` in this process, `width` columns wide (CliRunner: the command's own help and code)."""
+    from typer.testing import CliRunner
+
+    from memrl_cli.cli import app
+
+    return CliRunner().invoke(app, list(args), prog_name="memrl", terminal_width=width, max_content_width=width,
+                              env={"MEMRL_DB": None})
+
+
+def _commands() -> dict[str, Any]:
+    import typer.main
+
+    from memrl_cli.cli import app
+
+    return typer.main.get_command(app).commands  # type: ignore[attr-defined]
+
+
+def test_every_help_has_examples_typed_metavars_and_works_as_h_and_help_command() -> None:
+    """Every registered command (so every new one too): an Examples section of `memrl NAME` lines; every option
+    that takes a value shows an upper-case metavar (INTEGER, FLOAT, NUMBER, TEXT, FILE, ...), never `<str>`;
+    `memrl NAME -h` and `memrl help NAME` print exactly `memrl NAME --help`."""
+    for name, command in _commands().items():
+        shown = _invoke(name, "--help")
+        assert shown.exit_code == 0, shown.output
+        text = shown.stdout
+        examples = text.partition("\nExamples:\n")[2].splitlines()
+        assert examples and all(line.startswith(f"  memrl {name}") or line.startswith("  cat ") for line in examples), \
+            f"`memrl {name} --help` has no Examples section of `memrl {name} ...` lines:\n{text}"
+        assert not re.search(r"<(str|int|float|list|bool)", text), f"`memrl {name} --help` shows a Python type:\n{text}"
+        for param in command.params:
+            if param.param_type_name == "option" and not param.is_flag and not param.hidden:
+                assert re.fullmatch(r"[A-Z][A-Z_=|:.-]*(\|[a-z]+)?", param.metavar or ""), (name, param.name, param.metavar)
+                number = param.type_descriptor.annotation in (int, float, Optional[int], Optional[float])
+                assert not number or param.metavar in ("INTEGER", "FLOAT"), (name, param.name, param.metavar)
+        assert _invoke(name, "-h").stdout == text, f"`memrl {name} -h` differs from --help"
+        assert _invoke("help", name).stdout == text, f"`memrl help {name}` differs from `memrl {name} --help`"
+    assert _invoke("-h").stdout == _invoke("--help").stdout == _invoke("help").stdout
+    assert "\nExamples:\n  memrl ingest " in _invoke("--help").stdout  # memrl's own help too
+    numbers = {(c, p.name): p.metavar for c, command in _commands().items() for p in command.params}
+    assert numbers[("reward", "reward_value")] == numbers[("ingest", "q")] == numbers[("reward", "alpha")] == "NUMBER"
+    assert numbers[("retrieve", "k1")] == "INTEGER" and numbers[("retrieve", "lam")] == "FLOAT"
+    unknown = _invoke("help", "nope")
+    assert unknown.exit_code == 1 and unknown.stderr.startswith("memrl: error: no command 'nope'; the commands are ")
+
+
+def test_the_command_list_writes_descriptions_out() -> None:
+    """`memrl --help` at 80 columns: each command's first sentence whole (wrapped), never cut with "..."."""
+    text = _invoke("--help").stdout
+    listing = text.partition("\nCommands:\n")[2]
+    assert "..." not in listing, listing
+    for name, command in _commands().items():
+        first = " ".join(command.help.split()).split(". ")[0].rstrip(".")
+        assert first in " ".join(listing.split()), (name, first, listing)
+
+
+def test_real_memrl_h_and_help(tmp_path: Path) -> None:
+    """The installed entry point too: -h, `memrl help COMMAND`."""
+    assert run_memrl("retrieve", "-h").stdout == run_memrl("help", "retrieve").stdout
+    assert "Examples:\n  memrl retrieve" in run_memrl("retrieve", "-h").stdout
+
+
+def test_json_is_the_only_switch_to_json(tmp_path: Path) -> None:
+    """Without --json every command prints text for people (doctor and calibrate too), with it exactly one JSON
+    object (in this process, for speed). Every command with --json is run here, or in `not_here` with where it is."""
+    db = tmp_path / "b.db"
+    v = json.dumps([1.0, 0.0, 0.0, 0.0])
+    memrl(db, "ingest", "--intent", "heat an egg", "--experience", "microwave", "--vector", v,
+          "--embedder", "external:t:4")
+    memrl(db, "export", "--vectors", "-o", str(tmp_path / "in.jsonl"))
+    runs = {
+        "ingest": ["--intent", "boil an egg", "--experience", "pot", "--vector", v],
+        "retrieve": ["heat an egg", "--vector", v],
+        "reward": ["--memory", "1", "--reward", "success"],
+        "quarantine": ["1"], "release": ["1"], "reset-q": ["1"],
+        "undo": ["--source", "nobody", "--dry-run"],
+        "inspect": [], "explain": ["1"], "calibrate": [], "doctor": [],
+        "export": ["-o", str(tmp_path / "out.jsonl")],
+        "import": [str(tmp_path / "in.jsonl")],
+        "backup": [str(tmp_path / "copy{}.db")],
+    }
+    not_here = {"bench": "tests/test_harness.py", "report": "tests/test_report.py",
+                "merge": "test_export_import_merge_backup_calibrate_doctor"}
+    with_json = {name for name, c in _commands().items() if any("--json" in p.opts for p in c.params)}
+    assert with_json <= set(runs) | set(not_here), f"run these with and without --json here: {with_json - set(runs)}"
+    for name, args in runs.items():
+        for as_json_flag in (False, True):
+            filled = [a.format(int(as_json_flag)) for a in args]
+            done = _invoke(name, *filled, "--db", str(db), *(["--json"] if as_json_flag else []))
+            assert done.exit_code == 0, (name, done.output)
+            out = done.stdout if name != "export" else done.stdout + done.stderr
+            if as_json_flag:
+                assert isinstance(as_json(done), dict), (name, out)
+            else:
+                assert out.strip() and not out.lstrip().startswith(("{", "[")), f"memrl {name} printed JSON:\n{out}"
+    doctor = _invoke("doctor", "--db", str(db)).stdout
+    assert "ok: no problems found" in doctor and "engine" in doctor
+    assert _invoke("calibrate", "--db", str(db)).stdout.startswith("z(sim) uses: mean ")
+
+
+def test_mcp_and_proxy_share_host_and_port_and_ports_differ() -> None:
+    """`--host`/`--port` on both servers, `mcp --http` hidden (deprecated); the default ports of the proxy,
+    MCP over HTTP and the offline model all differ."""
+    from memrl_bench.environments.local_llm import DEFAULT_PORT as MODEL_PORT
+
+    from memrl_cli.cli import MCP_PORT
+
+    commands = _commands()
+    for name in ("mcp", "proxy"):
+        options = {o for p in commands[name].params if not p.hidden for o in p.opts}
+        assert {"--host", "--port"} <= options and "--http" not in options, (name, options)
+    proxy_port = next(p.default for p in commands["proxy"].params if p.name == "port")
+    assert len({proxy_port, MCP_PORT, MODEL_PORT}) == 3, (proxy_port, MCP_PORT, MODEL_PORT)
+    both = error_line(run_memrl("mcp", "--http", "127.0.0.1:0", "--port", "1", ok=False))
+    assert "give --host/--port, not --http" in both
+
+
+def test_export_piped_into_ingest_points_to_import(tmp_path: Path) -> None:
+    """`memrl export | memrl ingest --jsonl -`: one line naming `memrl import`, and the bank unchanged. The export
+    (larger than a pipe's buffer) loses its reader early: it stops quietly, adding no line of its own."""
+    import sys
+
+    from conftest import cli_env
+
+    db = tmp_path / "b.db"
+    with MemoryBank(db, "external:t:4") as made:
+        made.ingest_many([{"intent": f"task {i}", "experience": "x" * 2000, "vector": [1.0, float(i), 0.0, 0.0]}
+                          for i in range(300)])
+    before = table_state(str(db))
+    memrl_cmd = f"'{sys.executable}' -m memrl_cli"
+    piped = subprocess.run(f"{memrl_cmd} export --db '{db}' | {memrl_cmd} ingest --jsonl - --db '{db}'", shell=True,
+                           capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert "load it with `memrl import FILE` (or `memrl export | memrl import -`)" in error_line(piped)
+    assert table_state(str(db)) == before

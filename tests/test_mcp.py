@@ -109,7 +109,7 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
     db = str(tmp_path / "bank.db")
     seed(db)
     before = learned_state(db)
-    with serving("mcp", "--http", "127.0.0.1:0", "--db", db) as url:
+    with serving("mcp", "--host", "127.0.0.1", "--port", "0", "--db", db) as url:
         async def run() -> None:
             async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
@@ -138,7 +138,7 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
         anyio.run(run)
     assert learned_state(db) == before  # nothing written by the failed calls
 
-    with serving("mcp", "--http", "127.0.0.1:0", "--read-only", "--db", db) as url:
+    with serving("mcp", "--host", "127.0.0.1", "--port", "0", "--read-only", "--db", db) as url:
         async def read_only() -> None:
             async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
@@ -153,10 +153,10 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
 def test_beyond_loopback_needs_the_token(tmp_path: Any) -> None:
     db = str(tmp_path / "bank.db")
     seed(db)
-    refused = memrl(db, "mcp", "--http", "0.0.0.0:0", ok=False)
+    refused = memrl(db, "mcp", "--host", "0.0.0.0", "--port", "0", ok=False)
     assert refused.returncode == 1 and "give --token" in refused.stderr
     before = learned_state(db)
-    with serving("mcp", "--http", "127.0.0.2:0", "--db", db, env=cli_env(MEMRL_TOKEN=TOKEN)) as url:
+    with serving("mcp", "--host", "127.0.0.2", "--port", "0", "--db", db, env=cli_env(MEMRL_TOKEN=TOKEN)) as url:
         message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                    "params": {"name": "reward_memories", "arguments": {"memory_ids": [1], "reward": 1}}}
         for headers in ({}, {"Authorization": "Bearer wrong-token-of-some-length"}, {"X-Memrl-Token": "nope"}):
@@ -179,7 +179,7 @@ def test_eight_concurrent_http_clients_lose_no_update(bank_at: Callable[[str], s
     db = bank_at("bank")
     with MemoryBank(db) as bank:
         bank.ingest("water the plants", "SCRIPT: fill the can; water each pot", "success")
-    with serving("mcp", "--http", "127.0.0.1:0", "--db", db) as url:
+    with serving("mcp", "--host", "127.0.0.1", "--port", "0", "--db", db) as url:
         async def client(rids: list[int]) -> None:
             async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
                 await session.initialize()

@@ -151,7 +151,7 @@ def test_bad_input_writes_nothing(tmp_path: Path, upstream: Any) -> None:
                 ("chat/completions", b"{not json", 400, "the request body is not JSON"),
                 ("chat/completions", b'{"model": "m"}', 400, "a JSON object with a messages list"),
                 ("memrl/rewards", b'{"retrieval_id": 99, "reward": 1}', 400, "unknown retrieval id 99"),
-                ("memrl/rewards", b'{"retrieval_id": 1, "reward": "lots"}', 400, "must be numbers"),
+                ("memrl/rewards", b'{"retrieval_id": 1, "reward": "lots"}', 400, "must be a finite number"),
                 ("memrl/rewards", b"[]", 400, "non-empty list"),
                 ("memrl/rewards", b"nope", 400, "not JSON"),
                 ("memrl/memories", b'{"intent": "x"}', 400, "experience must be a non-empty string"),

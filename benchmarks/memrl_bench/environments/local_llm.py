@@ -60,6 +60,9 @@ def require_llama_server() -> None:
         )
 
 
+DEFAULT_PORT = 8767  # served by hand; not 8765 (`memrl proxy`) nor 8766 (`memrl mcp --host`)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -202,7 +205,8 @@ class LocalModelServer:
 def main(argv: list[str] | None = None) -> int:
     """Serve the offline model until interrupted, printing the settings to export."""
     parser = argparse.ArgumentParser(prog="python -m memrl_bench.environments.local_llm", description=main.__doc__)
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; `memrl proxy` defaults to 8765)")
     parser.add_argument("--n-threads", type=int, default=1)
     args = parser.parse_args(argv)
     try:

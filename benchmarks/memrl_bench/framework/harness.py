@@ -186,10 +186,13 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         if resumed.benchmark != config.benchmark:
             raise MemrlError(f"{resume} is a run of {resumed.benchmark!r}, not {config.benchmark!r}")
         config = resumed
+        os.close(run_lock(out_dir, run_id))  # another process on this run: say so now (held from the run's start on)
     else:
         run_id = new_run_id(config)
         out_dir = Path(runs_dir) / run_id
         bank_path = bank_path or str(out_dir / "bank.db")
+    if os.path.exists(bank_path):  # a damaged, empty or foreign bank file is refused before anything is written
+        MemoryBank(bank_path, create=False).close()
     adapter = registry.create(config.benchmark, config.data, None, config.options)
     try:
         unknown = set(config.eval_splits) - set(adapter.eval_splits)
@@ -212,7 +215,12 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     if needs_llm:
         ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
-    bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
+    lock = run_lock(out_dir, run_id)
+    try:
+        bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
+    except BaseException:
+        os.close(lock)
+        raise
     try:
         check_rewards(config, bank.reward_range())
     except MemrlError:
@@ -249,6 +257,25 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         raise
     finally:
         bank.close()
+        os.close(lock)
+
+
+def run_lock(out_dir: Path, run_id: str) -> int:
+    """Hold the run directory's lock (`run.lock`, released by `os.close` or when the process dies), so a
+    second process running or resuming the same run stops with one line instead of racing this one."""
+    import fcntl
+
+    fd = os.open(out_dir / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise MemrlError(f"run {run_id} is already running in another process (pid {holder}); wait for it to "
+                         f"finish or stop it, then continue with --resume {out_dir}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def check_rewards(config: BenchConfig, bounds: tuple[float, float]) -> None:
