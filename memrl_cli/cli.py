@@ -529,7 +529,8 @@ def log(
             count(len(rows), "retrieval", "retrievals") + (" waiting for a reward" if unrewarded else "")))
 
 
-app.command("receipts", hidden=True, help="The same as `memrl log`.")(log)
+app.command("receipts", hidden=True, help="The same as `memrl log`.",
+            epilog=examples("memrl receipts", "memrl receipts --unrewarded -n 5"))(log)
 
 
 @app.command(epilog=examples(

@@ -29,10 +29,13 @@ from typing import Any
 import yaml
 
 from benchmarks.learning.table import NO_LLM, parse_seeds
-from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.config import HARNESS_DEPARTURES, BenchConfig
+from memrl_cli.retrieve import DEPARTURES
 from memrl_bench.framework.harness import run_benchmark
 
 ADAPTER = "benchmarks.learning.synthetic:Synthetic"
+OFF = {**DEPARTURES, **HARNESS_DEPARTURES, "group_threshold": 0.9, "pool": 64}  # each switch's value when off
+SWITCHES = [k for k in OFF if k != "selector"]  # the selector goes with its method
 T_QUANTILES = {  # Student's t for a two-sided interval of this confidence, by degrees of freedom (standard tables)
     0.95: {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
            11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -60,12 +63,20 @@ def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
     return {"mean": m, "low": m - half, "high": m + half, "n": len(values)}
 
 
+def variant(method: str) -> tuple[str, dict[str, Any]]:
+    """A contestant's method and departure switches: `memrl`, or `memrl+recall=groups+sim_stats=bank` (values as YAML)."""
+    name, *switches = method.split("+")
+    settings = {key: yaml.safe_load(value) for key, _, value in (s.partition("=") for s in switches)}
+    return name, settings
+
+
 def run_one(scenario: str, method: str, seed: int, testbed: dict[str, Any], runs_dir: str) -> dict[str, Any]:
     """One run through the harness: training accuracy per epoch and held-out accuracy before and after."""
-    config = BenchConfig(benchmark=ADAPTER, method=method, epochs=testbed["epochs"], batch_size=testbed["batch_size"],
+    name, switches = variant(method)
+    config = BenchConfig(benchmark=ADAPTER, method=name, epochs=testbed["epochs"], batch_size=testbed["batch_size"],
                          k1=testbed["k1"], k2=testbed["k2"], threshold=testbed["threshold"], seed=seed,
                          eval_splits=["heldout"], eval_every=testbed["epochs"],
-                         options={"scenario": scenario, "luck_seed": seed, "luck": "attempt"})
+                         options={"scenario": scenario, "luck_seed": seed, "luck": "attempt"}, **switches)
     summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0)
     heldout = summary["eval_accuracy"].get("heldout", {})
     return {"scenario": scenario, "method": method, "seed": seed,
@@ -82,7 +93,9 @@ def results_of(runs_dir: str | Path, epochs: int) -> list[dict[str, Any]]:
         config = json.loads((summary_path.parent / "config.json").read_text())["config"]
         summary = json.loads(summary_path.read_text())
         heldout = summary["eval_accuracy"].get("heldout", {})
-        rows.append({"scenario": config["options"]["scenario"], "method": config["method"], "seed": config["seed"],
+        switches = "".join(f"+{k}={json.dumps(config[k])}" for k in SWITCHES if config.get(k, OFF[k]) != OFF[k])
+        rows.append({"scenario": config["options"]["scenario"], "method": config["method"] + switches,
+                     "seed": config["seed"],
                      "accuracy": [summary["accuracy"][str(e)] for e in range(1, epochs + 1)],
                      "csr": summary["csr"][str(epochs)],
                      "heldout_before": heldout.get("0"), "heldout_after": heldout.get(str(epochs))})
@@ -161,7 +174,7 @@ def report(declaration: dict[str, Any], results: list[dict[str, Any]]) -> dict[s
     differences = {f"{a} - {b}": {s: paired(results, a, b, "last_epoch", [s], 0.95) for s in scenarios}
                    for a, b in declaration.get("report_pairs", [])}
     return {"table": table, "overall": overall, "differences": differences,
-            "verdicts": [verdict(rule, results, scenarios) for rule in declaration["rules"]]}
+            "verdicts": [verdict(rule, results, scenarios) for rule in declaration.get("rules", [])]}
 
 
 def plot(declaration: dict[str, Any], summary: dict[str, Any], path: str) -> None:
@@ -232,7 +245,7 @@ def main() -> None:
     args = parser.parse_args()
     declaration = yaml.safe_load(Path(args.declaration).read_text())
     seeds = parse_seeds(args.seeds or declaration["seeds"])
-    for rule in declaration["rules"]:
+    for rule in declaration.get("rules", []):
         t_quantile(len(seeds) - 1, rule.get("confidence", 0.95))  # an untabled confidence: refused before any run
     if args.results:
         results = json.loads(Path(args.results).read_text())["results"]
