@@ -34,7 +34,7 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = bench_data.directory("llb", "LLB_DATA", "db_val.json")  # $LLB_DATA, else ../shared/data/llb
+DATA = bench_data.directory("llb", "db_val.json")  # where the tool finds it, else the developers' copy
 # Ground truths whose rows tie on the ORDER BY key: MariaDB breaks such ties in no fixed order,
 # so each run reproduces a few of these and misses the others.
 TIE_ORDER_IDS = {f"db/{key}" for key in (18, 41, 72, 96, 225, 228, 271, 273, 274, 422)}
