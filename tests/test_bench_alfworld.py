@@ -148,6 +148,7 @@ def test_intent_equals_first_observation_without_banner(bench: AlfworldBenchmark
     assert strip_banner(observation) == task.query
 
 
+@pytest.mark.slow
 def test_replay_walkthrough_wins(bench: AlfworldBenchmark) -> None:
     for task in one_per_type(bench.tasks("valid_unseen"), ("heat", "cool")):
         episode = replay_walkthrough(task)
@@ -455,6 +456,7 @@ E2E_GAMES = 3
 E2E_STEPS = 20
 
 
+@pytest.mark.slow
 def test_limit_60_covers_all_six_task_types(data_root: Path) -> None:
     """`--limit 60` samples the training games by task type: the first 200 by id are one type."""
     from memrl_bench.framework.sampling import stratified_sample
@@ -609,6 +611,7 @@ def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchm
         assert actions != own and all(a.startswith("go to ") for a in actions), experience
 
 
+@pytest.mark.slow
 def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_path: Path) -> None:
     """Real games through run_benchmark with memrl: epoch 1 (empty bank) is exactly the no-memory agent's
     prompt, so its outcome is what `none` scores in every epoch. The game won by luck in epoch 1 is won again

@@ -106,6 +106,7 @@ def test_seeded_split_without_split_file(tmp_path: Path) -> None:
 def test_data_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MemrlError, match="not found"):
         BigCodeBench(data=str(tmp_path / "missing.jsonl"), sandbox="none")
+    monkeypatch.delenv("BIGCODEBENCH_DATA", raising=False)  # no data where the adapter looks
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -40,6 +40,7 @@ from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # building the images takes minutes; the tests then reuse them
 DATA = bench_data.directory("llb", "db_val.json")  # where the tool finds it, else the developers' copy
 
 

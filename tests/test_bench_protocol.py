@@ -167,6 +167,7 @@ def test_every_config_is_valid_and_found_by_name():
 
 
 @bench_data.needs("bigcodebench", BCB_DATA / "split_full_seed123.json")
+@pytest.mark.slow
 def test_bench_bigcodebench_without_config_runs_the_authors_protocol(tmp_path):
     def reply(request: dict) -> str:
         return "```python\ndef task_func(*args, **kwargs):\n    return None\n```"
