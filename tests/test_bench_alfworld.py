@@ -55,7 +55,7 @@ def authors_examples() -> str:
     """The MemRL authors' few-shot examples file, or skip the test."""
     if AUTHORS_EXAMPLES is None:
         conftest.unavailable("the MemRL authors' alfworld_examples.json not found: set ALFWORLD_EXAMPLES to that file "
-                             "(data/alfworld in the MemTensor/MemRL repository)", "the authors' ALFWorld examples")
+                             "(from the MemRL authors' repository, MemTensor/MemRL)", "the authors' ALFWorld examples")
     return str(AUTHORS_EXAMPLES)
 VALID_UNSEEN_COUNTS = {"put": 24, "clean": 31, "heat": 23, "cool": 21, "examine": 18, "puttwo": 17}
 
