@@ -84,7 +84,10 @@ def data_paths(scratch: Path) -> dict[str, str]:
 
 def missing(benchmark: str, looked: Path | None = None) -> str:
     """A skip reason: what is missing and how to get it."""
-    where = f" (looked in {looked})" if looked is not None else ""
+    if looked is not None and looked.is_relative_to(SHARED):
+        where = f" (not where the tool looks, nor in the developers' copy {looked})"
+    else:
+        where = f" (looked in {looked})" if looked is not None else ""
     return f"{benchmark} data not found{where}: {HOW_TO_GET[benchmark]}"
 
 

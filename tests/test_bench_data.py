@@ -56,6 +56,9 @@ def test_without_data_the_developers_copy_is_the_fallback(tmp_path: Path, monkey
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"")
     assert bench_data.alfworld() == archive
+    assert bench_data.missing("llb", bench_data.directory("llb", "db_val.json")) == (
+        f"llb data not found (not where the tool looks, nor in the developers' copy {tmp_path}/shared/data/llb): "
+        f"{llb_common.DATA_HINT}")
 
 
 def test_the_samples_are_small_complete_and_documented() -> None:
