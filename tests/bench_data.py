@@ -1,6 +1,10 @@
-"""Where the benchmark tests find their data: where the tool itself looks first, then `../shared/data/`
-(this project's CI copy, see its README). A missing data set skips its tests with how to get it, and
-fails them under CI (`conftest.unavailable`), which has that copy."""
+"""Where the benchmark tests find their data: first where the tool itself looks (the adapters' own lookups:
+`$ALFWORLD_DATA` or `~/.cache/alfworld` after `alfworld-download`, `$BIGCODEBENCH_DATA`, `$LLB_DATA`), then in
+`../shared/data/` (the developers' and CI's copy, beside the repository). Tests that only play a few games or
+tasks run on the small samples committed under tests/data/ (see its README) when the full data is missing.
+
+A missing data set skips its tests with how to get it, and fails them under CI (`conftest.unavailable`), which
+has the copy."""
 
 from __future__ import annotations
 
@@ -11,16 +15,22 @@ from typing import NoReturn
 import pytest
 
 from conftest import unavailable as _unavailable
+from memrl_bench.adapters import alfworld_data, llb_common
+from memrl_bench.adapters.bigcodebench import DATA_ENV as BIGCODEBENCH_ENV
+from memrl_cli.errors import MemrlError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"  # the developers' copy: a fallback, never the only place looked
+SAMPLES = REPO / "tests" / "data"  # small samples committed with the tests (tests/data/README.md)
+ALFWORLD_SAMPLE = SAMPLES / "alfworld" / "json_2.1.1_sample.tar.xz"
+ALFWORLD_SAMPLE_EXAMPLES = SAMPLES / "alfworld" / "examples_from_walkthroughs.json"
+BIGCODEBENCH_SAMPLE = SAMPLES / "bigcodebench"
 
 HOW_TO_GET = {
-    "alfworld": "run `alfworld-download` (pip install -e '.[alfworld]'), or set ALFWORLD_DATA to the directory "
-                "holding json_2.1.1",
-    "bigcodebench": "set BIGCODEBENCH_DATA to a directory holding bigcodebench_full.jsonl and bigcodebench_hard.jsonl "
+    "alfworld": alfworld_data.HOW_TO_GET_DATA,
+    "bigcodebench": f"set {BIGCODEBENCH_ENV} to a directory holding bigcodebench_full.jsonl and bigcodebench_hard.jsonl "
                     "(the Hugging Face bigcode/bigcodebench v0.1.4 rows, see docs/bigcodebench.md)",
-    "llb": "set LLB_DATA to a directory holding LLB's db_{train,val}.json and os_interaction_{train,val}.json "
-           "(see docs/llb.md)",
+    "llb": llb_common.DATA_HINT,
 }
 
 
@@ -29,31 +39,55 @@ def _env(name: str) -> list[Path]:
 
 
 def alfworld() -> Path | None:
-    """A directory holding json_2.1.1 ($ALFWORLD_DATA, ~/.cache/alfworld), else the shared archive of it."""
-    for where in [*_env("ALFWORLD_DATA"), Path("~/.cache/alfworld").expanduser()]:
-        if (where / "json_2.1.1").is_dir():
-            return where
-    archive = SHARED / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"
-    return archive if archive.is_file() else None
+    """ALFWorld's full games: the directory holding json_2.1.1 where `memrl bench alfworld` finds it without
+    --data ($ALFWORLD_DATA, else ~/.cache/alfworld), else the archive of them in ../shared/data."""
+    try:
+        return alfworld_data.resolve_data_dir(None)
+    except MemrlError:
+        archive = SHARED / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"
+        return archive if archive.is_file() else None
 
 
 def alfworld_examples() -> Path | None:
-    """The MemRL authors' few-shot ALFWorld examples, when this machine has them (else the adapter builds its own)."""
+    """The MemRL authors' few-shot ALFWorld examples ($ALFWORLD_EXAMPLES, else ../shared/data), if this machine has
+    them: their licence is not stated, so they are not in the repository."""
     for where in [*_env("ALFWORLD_EXAMPLES"), SHARED / "alfworld" / "alfworld_examples.json"]:
         if where.is_file():
             return where
     return None
 
 
-def directory(benchmark: str, env: str, marker: str) -> Path:
-    """The first of $`env` and ../shared/data/`benchmark` holding `marker` (else the shared path, for skip checks)."""
-    candidates = [*_env(env), SHARED / benchmark]
-    return next((where for where in candidates if (where / marker).is_file()), candidates[-1])
+def directory(benchmark: str, marker: str) -> Path:
+    """The directory of `benchmark`'s full data holding `marker`: where the tool looks ($BIGCODEBENCH_DATA,
+    $LLB_DATA), else ../shared/data/`benchmark` (returned, missing, for the skip reason when neither has it)."""
+    if benchmark == "llb":
+        try:
+            return llb_common.data_dir(None, (marker,))
+        except MemrlError:
+            pass
+    else:
+        found = [where for where in _env(BIGCODEBENCH_ENV) if (where / marker).is_file()]
+        if found:
+            return found[0]
+    return SHARED / benchmark
+
+
+def data_paths(scratch: Path) -> dict[str, str]:
+    """The data of each benchmark the hostile tests attack, where the tests find it; HLE gets a file of its own
+    in `scratch` (the shape of `benchmarks.perf.hostile.data_paths`)."""
+    from benchmarks.testing import hostile
+
+    return {"bigcodebench": str(directory("bigcodebench", "bigcodebench_full.jsonl")),
+            "llb-os": str(directory("llb", "os_interaction_val.json")), "llb-db": str(directory("llb", "db_val.json")),
+            "hle": hostile.hle_data(scratch)}
 
 
 def missing(benchmark: str, looked: Path | None = None) -> str:
     """A skip reason: what is missing and how to get it."""
-    where = f" (looked in {looked})" if looked is not None else ""
+    if looked is not None and looked.is_relative_to(SHARED):
+        where = f" (not where the tool looks, nor in the developers' copy {looked})"
+    else:
+        where = f" (looked in {looked})" if looked is not None else ""
     return f"{benchmark} data not found{where}: {HOW_TO_GET[benchmark]}"
 
 

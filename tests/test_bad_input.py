@@ -405,6 +405,7 @@ def test_every_bank_command_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.slow
 def test_bad_input_is_one_line_error_and_changes_nothing(case: Case, outcomes: dict[str, Outcome]) -> None:
     if case.name not in outcomes:
         pytest.skip("needs root (mount, chattr)")

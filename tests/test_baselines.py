@@ -170,6 +170,7 @@ def test_baselines_resume_to_the_same_metrics(tmp_path: Path, method: str):
         assert contents(bank) == contents(full)
 
 
+@pytest.mark.slow
 def test_one_command_compares_every_method(tmp_path: Path):
     methods = ["memrl", "rag", "none", "memp", "reflexion", "self-rag", "pass@k"]
     with ScriptedChatServer(agent) as server:

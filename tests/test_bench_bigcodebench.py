@@ -1,6 +1,8 @@
 """BigCodeBench adapter: data and splits, prompt, code extraction, and real sandboxed grading.
 
-The agent is a real scripted Chat Completions server on 127.0.0.1; programs run under bubblewrap.
+The agent is a real scripted Chat Completions server on 127.0.0.1; programs run under bubblewrap. Tests that
+play a few tasks use the sample in tests/data/bigcodebench (the first 20 tasks of the full set); tests of the
+splits and of runs over whole splits need the full data (`bench_data.directory`), and skip without it.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from memrl_bench.framework.llm import ChatClient, LLMSettings
 import bench_data
 from benchmarks.testing.chat_server import ScriptedChatServer
 
-DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
+DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")
 needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
+SAMPLE = bench_data.BIGCODEBENCH_SAMPLE  # the first 20 tasks of bigcodebench_full.jsonl
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 PASSING_STDLIB_TASKS = ["BigCodeBench/1", "BigCodeBench/2", "BigCodeBench/4", "BigCodeBench/7", "BigCodeBench/19"]
 
 
-def rows_by_id(subset: str = "full") -> dict[str, dict]:
-    with (DATA / f"bigcodebench_{subset}.jsonl").open() as handle:
+def rows_by_id(subset: str = "full", where: Path = SAMPLE) -> dict[str, dict]:
+    with (where / f"bigcodebench_{subset}.jsonl").open() as handle:
         return {row["task_id"]: row for row in map(json.loads, handle)}
 
 
@@ -76,11 +79,11 @@ def test_splits_from_the_authors_split_files() -> None:
     train, val = full.tasks("train"), full.tasks("val")
     assert (len(train), len(val)) == (798, 342)
     assert {t.id for t in train}.isdisjoint({t.id for t in val})
-    first = rows_by_id()[train[0].id]
+    first = rows_by_id(where=DATA)[train[0].id]
     assert train[0].query == first["instruct_prompt"] and train[0].payload["test"] == first["test"]
     hard = BigCodeBench(data=str(DATA), subset="hard", split="complete", sandbox="none")
     assert (len(hard.tasks("train")), len(hard.tasks("val"))) == (103, 45)
-    assert hard.tasks("val")[0].query == rows_by_id("hard")[hard.tasks("val")[0].id]["complete_prompt"]
+    assert hard.tasks("val")[0].query == rows_by_id("hard", DATA)[hard.tasks("val")[0].id]["complete_prompt"]
     stdlib = BigCodeBench(data=str(DATA), stdlib_only=True, limit=3, sandbox="none")
     assert len(stdlib.tasks("train")) == 3
     assert len(stdlib._splits["train"]) + len(stdlib._splits["val"]) == 327
@@ -89,7 +92,6 @@ def test_splits_from_the_authors_split_files() -> None:
     assert pickle.loads(pickle.dumps(stdlib)).tasks("train") == stdlib.tasks("train")
 
 
-@needs_data
 def test_seeded_split_without_split_file(tmp_path: Path) -> None:
     rows = list(rows_by_id().values())[:20]
     data = tmp_path / "tasks.jsonl"
@@ -104,6 +106,7 @@ def test_seeded_split_without_split_file(tmp_path: Path) -> None:
 def test_data_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MemrlError, match="not found"):
         BigCodeBench(data=str(tmp_path / "missing.jsonl"), sandbox="none")
+    monkeypatch.delenv("BIGCODEBENCH_DATA", raising=False)  # no data where the adapter looks
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -113,11 +116,10 @@ def test_data_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         BigCodeBench(data=str(tmp_path), sandbox="none", retries=3)
 
 
-@needs_data
 @needs_bwrap
 def test_canonical_solutions_pass_and_bad_code_is_graded() -> None:
     rows = rows_by_id()
-    bench = BigCodeBench(data=str(DATA), stdlib_only=True, timeout=3)
+    bench = BigCodeBench(data=str(SAMPLE), stdlib_only=True, timeout=3)
     replies = {task_id: fenced(canonical_program(rows[task_id])) for task_id in PASSING_STDLIB_TASKS}
     program = rows["BigCodeBench/1"]["code_prompt"]  # imports + `def task_func(length=100):`
     broken = "BigCodeBench/0"  # each remaining case gets its own task, so one run plays them all
@@ -149,11 +151,10 @@ def test_canonical_solutions_pass_and_bad_code_is_graded() -> None:
     assert "MEMORY-EXPERIENCE " * 200 in system["content"]  # the whole experience, never cut
 
 
-@needs_data
 @needs_bwrap
 def test_complete_prompt_split_plays_the_completion_prompt() -> None:
     rows = rows_by_id()
-    bench = BigCodeBench(data=str(DATA), split="complete", stdlib_only=True)
+    bench = BigCodeBench(data=str(SAMPLE), split="complete", stdlib_only=True)
     task_id = PASSING_STDLIB_TASKS[0]
     episodes, requests = play(bench, {task_id: fenced(rows[task_id]["code_prompt"] + rows[task_id]["canonical_solution"])})
     assert episodes[task_id].status == "PASS"
@@ -172,7 +173,7 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     from memrl_cli.bank import MemoryBank
     from memrl_cli.inspection import verify
 
-    rows = rows_by_id()
+    rows = rows_by_id(where=DATA)
     bench = BigCodeBench(data=str(DATA), stdlib_only=True, sandbox="none")  # the harness samples 2 of each split
     tasks = bench.tasks("train") + bench.tasks("val")
     replies = {t.query: fenced(canonical_program(rows[t.id])) for t in tasks}
@@ -204,7 +205,7 @@ def test_self_rag_on_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
     from memrl_cli.bank import MemoryBank
 
-    rows = rows_by_id()
+    rows = rows_by_id(where=DATA)
     bench = BigCodeBench(data=str(DATA), stdlib_only=True, sandbox="none")
     tasks = bench.tasks("train") + bench.tasks("val")
     replies = {t.query: fenced(canonical_program(rows[t.id])) for t in tasks}
@@ -243,10 +244,9 @@ def test_without_a_split_file_the_authors_split_is_reproduced(tmp_path: Path, su
     assert set(bench._splits["train"]) == set(spec["train_ids"]) and set(bench._splits["val"]) == set(spec["val_ids"])
 
 
-@needs_data
 @needs_bwrap
 def test_zero_tests_is_never_a_pass_and_subtests_count() -> None:
-    bench = BigCodeBench(data=str(DATA), timeout=20)
+    bench = BigCodeBench(data=str(SAMPLE), timeout=20)
     subtests = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
                 "        for i in range(3):\n            with self.subTest(i=i):\n"
                 "                self.assertEqual(task_func(i), i)\n")

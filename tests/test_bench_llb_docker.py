@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import bench_data
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import under_ci
@@ -39,7 +40,8 @@ from memrl_bench.environments.os_sandbox import SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "llb"
+pytestmark = pytest.mark.slow  # building the images takes minutes; the tests then reuse them
+DATA = bench_data.directory("llb", "db_val.json")  # where the tool finds it, else the developers' copy
 
 
 def _unavailable(reason: str) -> None:
@@ -55,8 +57,8 @@ def client() -> Any:
         found = docker_images.require_docker()
     except MemrlError as exc:
         _unavailable(str(exc))
-    if not DATA.is_dir():
-        pytest.skip(f"LLB data not found in {DATA}")
+    if not (DATA / "db_val.json").is_file():
+        bench_data.unavailable("llb", DATA)
     try:
         for name in docker_images.IMAGES:
             docker_images.ensure_image(found, name)

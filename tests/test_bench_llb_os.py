@@ -44,7 +44,7 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = bench_data.directory("llb", "LLB_DATA", "os_interaction_val.json")  # $LLB_DATA, else ../shared/data/llb
+DATA = bench_data.directory("llb", "os_interaction_val.json")  # where the tool finds it, else the developers' copy
 needs_data = bench_data.needs("llb", DATA / "os_interaction_val.json")
 
 

@@ -8,6 +8,7 @@ import random
 import sys
 from pathlib import Path
 
+import bench_data
 import conftest
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from memrl_cli.retrieve import Candidate, RetrieveParams, phase_b, zscores
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
-BCB_DATA = ROOT.parent / "shared" / "data" / "bigcodebench"
+BCB_DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +166,8 @@ def test_every_config_is_valid_and_found_by_name():
     assert read_config(default_config("alfworld"))["eval_splits"] == ["valid_seen"]
 
 
-@pytest.mark.skipif(not (BCB_DATA / "bigcodebench_full.jsonl").is_file(), reason="no shared BigCodeBench data")
+@bench_data.needs("bigcodebench", BCB_DATA / "split_full_seed123.json")
+@pytest.mark.slow
 def test_bench_bigcodebench_without_config_runs_the_authors_protocol(tmp_path):
     def reply(request: dict) -> str:
         return "```python\ndef task_func(*args, **kwargs):\n    return None\n```"

@@ -74,6 +74,7 @@ def test_ingest_jsonl_from_stdin(bank_at: Callable[[str], str]) -> None:
     assert as_json(done) == {"created": 4, "duplicates": 0, "ids": [1, 2, 3, 4]}
 
 
+@pytest.mark.slow
 def test_ingest_retrieve_reward_inspect_flow(bank: str, tmp_path: Path) -> None:
     single = memrl(bank, "ingest", "--intent", "warm up some milk", "--experience", "use the microwave",
                    "--outcome", "failure", "--task-id", "t-7", "--json")
@@ -250,6 +251,7 @@ def test_export_import_merge_backup_calibrate_doctor(sqlite_bank: Path, tmp_path
 # -- what a newcomer trips over (issue 16) -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_version_export_json_and_singular_counts(tmp_path: Path) -> None:
     from memrl_cli import __version__
 
@@ -267,6 +269,7 @@ def test_version_export_json_and_singular_counts(tmp_path: Path) -> None:
     assert imported.stdout.strip() == "imported 1 memory, 0 duplicates skipped, 0 merged"
 
 
+@pytest.mark.slow
 def test_tables_fit_80_columns_without_breaking_numbers_or_headers(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     memrl(db, "ingest", "--intent", "heat an egg and put it on the dining table in the kitchen of the house",

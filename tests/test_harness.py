@@ -130,6 +130,7 @@ def slow_responder(delay: float):
     return lambda request: {"content": responder(request), "delay": delay}
 
 
+@pytest.mark.slow
 def test_concurrency_changes_neither_results_nor_receipts(tmp_path):
     """Episodes in flight on threads (in this process, and in 2 worker processes) learn exactly what one at a time does."""
     config = dict(benchmark=TOY, method="memrl", epochs=2, batch_size=4, eval_splits=["val"], threshold=0.3,
@@ -191,6 +192,7 @@ def cli_env() -> dict[str, str]:
     return conftest.cli_env(OPENAI_API_KEY="sk-test-planted-key-000000000000")
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(server, tmp_path):
     options = ["--option", "rooms=6", "--option", "delay=0.15"]
     full = subprocess.run(bench_cmd(server, tmp_path / "full", *options, "--concurrency", "1"), env=cli_env(),
@@ -302,6 +304,7 @@ def test_resume_of_something_that_is_not_a_run_is_one_line(tmp_path):
     assert "is not a run directory" in conftest.error_line(result)
 
 
+@pytest.mark.slow
 def test_bench_never_learns_in_memrl_db_and_names_its_bank_first(server, tmp_path):
     agent_bank = tmp_path / "agent.db"
     env = cli_env() | {"MEMRL_DB": str(agent_bank)}

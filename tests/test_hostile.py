@@ -23,12 +23,10 @@ from conftest import unavailable
 
 from benchmarks.testing import hostile
 from memrl_bench.framework import registry
-from benchmarks.perf.hostile import data_paths
 from memrl_bench.framework.protocol import Benchmark
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 
-DATA = bench_data.SHARED  # every benchmark's data, as on CI
 FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vacuous-asserts",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
@@ -51,7 +49,7 @@ def agent() -> Iterator[tuple[hostile.AttackScript, ChatClient]]:
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Benchmark | str]]:
     """Each benchmark's adapter, built once, or the reason it is unavailable."""
-    paths = data_paths(DATA, tmp_path_factory.mktemp("hle"))
+    paths = bench_data.data_paths(tmp_path_factory.mktemp("hle"))
     made: dict[str, Benchmark | str] = {}
     for name in hostile.BENCHMARKS:
         if name in ("bigcodebench", "llb-os") and shutil.which("bwrap") is None:

@@ -20,10 +20,8 @@ from test_hostile import agent, arena  # noqa: F401  (the same host canaries and
 
 from benchmarks.testing import hostile
 from memrl_bench.environments import mysql_server
-from benchmarks.perf.hostile import data_paths
 from memrl_bench.framework.protocol import Benchmark
 
-DATA = bench_data.SHARED  # every benchmark's data, as on CI
 TARGETS = ("llb-os:docker", "llb-db:docker")
 # In the default suite: the check the agent cannot forge, and the two cross-episode attacks.
 FAST = {"os-forged-check-tools", "db-read-another-episode", "db-destroy-another-episode"}
@@ -32,7 +30,7 @@ FAST = {"os-forged-check-tools", "db-read-another-episode", "db-destroy-another-
 @pytest.fixture(scope="module")
 def adapters(client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Benchmark]]:  # noqa: F811
     """The LLB adapters on the Docker backends, with an LLB-DB server of this module's own."""
-    paths = data_paths(DATA, tmp_path_factory.mktemp("hle"))
+    paths = bench_data.data_paths(tmp_path_factory.mktemp("hle"))
     with hostile.own_servers():
         made = {target: hostile.make_adapter(hostile.TARGETS[target][0], paths, hostile.TARGETS[target][1])
                 for target in TARGETS}

@@ -265,6 +265,7 @@ def test_bad_quarantine_log_in_an_import_is_refused(bank_at: Callable[[str], str
         assert bank.count() == 0
 
 
+@pytest.mark.slow
 def test_cli_quarantine_release_reset_undo(bank_at: Callable[[str], str]) -> None:
     db = bank_at("cli")
     vectors = make_bank(db, 4)

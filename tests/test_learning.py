@@ -204,6 +204,7 @@ def test_scenario_learns_through_the_harness(tmp_path, scenario):
 
 
 @pytest.mark.parametrize("method", ["memrl", "rag", "memp", *sorted(SELECTORS)])
+@pytest.mark.slow
 def test_methods_resume_with_identical_metrics(tmp_path, method):
     assert method in METHODS
     config = BenchConfig(benchmark=ADAPTER, method=method, epochs=3, batch_size=8, threshold=0.3,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ def test_ruff_finds_nothing() -> None:
     assert done.returncode == 0, f"ruff check . found problems (fix them, or `ruff check --fix .`):\n{done.stdout}{done.stderr}"
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing() -> None:
     done = run_tool("mypy")  # files and settings: [tool.mypy] in pyproject.toml
     assert done.returncode == 0, f"mypy found problems:\n{done.stdout}{done.stderr}"

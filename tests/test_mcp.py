@@ -63,6 +63,7 @@ def same_through_cli(db: str) -> list[dict[str, Any]]:
     return [hit, new, updated, top]
 
 
+@pytest.mark.slow
 def test_stdio_session_changes_the_bank_as_the_cli_does(bank_at: Callable[[str], str]) -> None:
     via_mcp, via_cli = bank_at("mcp"), bank_at("cli")
     seed(via_mcp)
@@ -83,6 +84,7 @@ def test_stdio_session_changes_the_bank_as_the_cli_does(bank_at: Callable[[str],
     assert learned_state(via_mcp) == learned_state(via_cli)
 
 
+@pytest.mark.slow
 def test_the_retrieve_tool_selects_with_the_chosen_selector(tmp_path: Any) -> None:
     """`memrl mcp --selector memrl-conditioned`: its receipts record that selector;
     an unknown selector is one error line before serving, and nothing is written."""
@@ -175,6 +177,7 @@ def test_beyond_loopback_needs_the_token(tmp_path: Any) -> None:
         anyio.run(with_token)
 
 
+@pytest.mark.slow
 def test_eight_concurrent_http_clients_lose_no_update(bank_at: Callable[[str], str]) -> None:
     db = bank_at("bank")
     with MemoryBank(db) as bank:

@@ -240,6 +240,7 @@ def wait_for_lock_waiters(url: str, count: int, workers: list[subprocess.Popen[s
     pytest.fail(f"the workers never all waited for the lock ({count} expected)")
 
 
+@pytest.mark.slow
 def test_eight_processes_rewarding_lose_no_update(pg_dsn: str) -> None:
     n, dim = 30, 8
     with MemoryBank(pg_dsn, f"external:test:{dim}") as bank:

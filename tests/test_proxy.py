@@ -59,6 +59,7 @@ def client(url: str, **kwargs: Any) -> OpenAI:
     return OpenAI(base_url=f"{url}/v1", api_key="sk-client-key", max_retries=0, **kwargs)
 
 
+@pytest.mark.slow
 def test_reply_byte_identical_with_receipt_and_reward_as_the_cli(bank_at: Callable[[str], str], upstream: Any) -> None:
     db, twin = bank_at("proxy"), bank_at("cli")
     seed(db)
@@ -236,6 +237,7 @@ def test_beyond_loopback_needs_the_token(tmp_path: Path, upstream: Any) -> None:
         assert allowed.post("/memrl/rewards", body={"retrieval_id": 1, "reward": 1}, cast_to=object)["updated"]
 
 
+@pytest.mark.slow
 def test_eight_concurrent_clients_lose_no_update(bank_at: Callable[[str], str], upstream: Any) -> None:
     db = bank_at("bank")
     with MemoryBank(db) as bank:

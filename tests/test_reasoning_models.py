@@ -69,6 +69,7 @@ def cli_env() -> dict[str, str]:
     return conftest.cli_env(OPENAI_API_KEY="sk-test-key")
 
 
+@pytest.mark.slow
 def test_bench_fails_before_the_first_episode_when_the_model_rejects_temperature(tmp_path: Path):
     with ScriptedChatServer(reasoning_model, answer_checks=False) as server:
         base = [sys.executable, "-m", "memrl_cli", "bench", TOY, "--epochs", "1", "--threshold", "0.3", "--workers",

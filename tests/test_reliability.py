@@ -42,6 +42,7 @@ def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_parallel_cli_processes_lose_nothing(tmp_path: Path) -> None:
     """`xargs -P 4`-style: 16 `memrl` processes, 4 at a time, half ingesting, half rewarding the same two memories."""
     db = tmp_path / "cli.db"
@@ -82,6 +83,7 @@ def test_kill_during_rewards(tmp_path: Path) -> None:
     assert report.kills == 4
 
 
+@pytest.mark.slow
 def test_kill_during_benchmark_run_resumes_to_the_same_metrics(tmp_path: Path) -> None:
     report = crash.crash_bench(tmp_path, repeats=1, rng=random.Random(3), rooms=4, epochs=2)
     assert report.problems == []

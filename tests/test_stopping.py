@@ -95,6 +95,7 @@ def _offline_model_or_skip() -> None:
         pytest.skip(str(exc))
 
 
+@pytest.mark.slow
 def test_sigterm_to_bench_stops_the_local_model_server(tmp_path: Path) -> None:
     _offline_model_or_skip()
     proc = bench(tmp_path, "--workers", "1", "--local-llm")

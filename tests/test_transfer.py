@@ -212,6 +212,7 @@ while not os.path.exists(stop):
 """
 
 
+@pytest.mark.slow
 def test_export_and_verify_while_another_process_rewards(bank_at: Callable[[str], str], tmp_path: Path) -> None:
     """Each export (and each verify) reads one state of the bank: its Q values replay its ledgers."""
     path = bank_at("live")

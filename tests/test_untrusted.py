@@ -161,6 +161,7 @@ def test_a_vec0_index_that_differs_is_rebuilt_from_the_raw_vectors(tmp_path: Pat
 
 # -- secrets ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_api_key_never_reaches_bank_run_outputs_or_logs(tmp_path: Path) -> None:
     key = "sk-planted-" + os.urandom(12).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MEMRL_DB", "OPENAI_BASE_URL")}
