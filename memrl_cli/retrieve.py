@@ -161,11 +161,10 @@ def zscore_stats(values: np.ndarray) -> tuple[float, float]:
 
 def zscores(values: np.ndarray, mean: float | None = None, std: float | None = None,
             clip: float | None = None) -> np.ndarray:
-    """Standardise `values` by the given mean/std, else their own (population std, 1 if degenerate)."""
-    mean = float(values.mean()) if mean is None else mean
-    if std is None:
-        std = float(values.std()) if len(values) > 1 else 1.0
-    std = std if std > 1e-9 else 1.0
+    """Standardise `values` by the given mean/std, else their own (`zscore_stats`)."""
+    own_mean, own_std = zscore_stats(values) if mean is None or std is None else (mean, std)
+    mean = own_mean if mean is None else mean
+    std = own_std if std is None else (std if std > 1e-9 else 1.0)
     z = (values - mean) / std
     return np.clip(z, -clip, clip) if clip is not None else z
 
