@@ -16,12 +16,13 @@ stdin. Two processes, so that the program under test never holds the verdict's c
   (`memrl_bench.adapters.bigcodebench` scores it FAIL); a report without the nonce is one too.
 * the **harness** (`harness`, in the child) runs from a namespace of its own (this file executed
   into a private dict, so `__main__` holds nothing of it). Before any program code runs it reads
-  the nonce, installs an audit hook that cannot be removed (`_audit_hook`), snapshots every loaded
-  module's namespace, the `unittest` and `json` classes and `builtins` (`_Machinery`), reads and
+  the nonce, installs an audit hook that cannot be removed (`_audit_hook`), snapshots the namespaces
+  of the modules the tests' outcome depends on, the `unittest` and `json` classes and `builtins`
+  (`_Machinery`), reads and
   deletes both files. It then executes the solution as module `__test__` (so `if __name__ ==
-  "__main__":` blocks stay idle), and the tests in a separate namespace that holds the solution's
-  names but not its module hooks or builtins, whose module is unknown to unittest (no
-  `setUpModule`/`tearDownModule` of the program runs). It runs exactly the test methods found by
+  "__main__":` blocks stay idle), and the tests in a namespace of their own that holds the
+  solution's names but not its module hooks or builtins; unittest never looks up module-level
+  hooks (no `setUpModule`/`tearDownModule`/`load_tests` of the program runs). It runs exactly the test methods found by
   `ast` through references taken before the solution ran; before each test it checks that the
   method is the one compiled from the test file and that nothing changed; after each test, and at
   the end, it checks again. The result object is a plain namespace of closures (no class to find).
@@ -52,7 +53,7 @@ REPORT_BYTES = 1 << 20
 OUTPUT_FILE = "program_output.txt"
 PROGRAM_FILE = "__test__.py"  # the file name the solution's code carries (never a real path)
 TESTS_FILE = "__tests__.py"
-TESTS_MODULE = "__bcb_tests__"  # the tests' module name: not in sys.modules, so unittest calls no module hook
+_MODULE_HOOKS = frozenset({"load_tests", "setUpModule", "tearDownModule"})  # never copied to the tests' namespace
 _PR_SET_DUMPABLE = 4
 _WATCHED_PACKAGES = ("unittest", "json")  # classes whose dicts are snapshotted too
 # Audit events refused from anyone once the program runs; and those refused when program code asks.
@@ -60,12 +61,14 @@ _ALWAYS = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.
                      "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
                      "sys.monitoring.register_callback"})
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "f_back"})
-# Modules whose code decides a test's outcome: any change to their namespace counts (elsewhere a new
-# name, or a name that was None, is a library's lazy cache).
+# The modules whose code decides a test's outcome, snapshotted: a new name, or a name bound to another
+# object, counts (except a name that was None: a lazy cache, such as unittest.mock's file_spec).
 _STRICT_MODULES = frozenset({"unittest", "json", "builtins", "sys", "os", "io", "re", "abc", "types", "functools",
                              "contextlib", "collections", "traceback", "warnings", "difflib", "pprint", "inspect",
                              "logging", "linecache", "reprlib", "fnmatch", "signal", "_thread", "threading"})
-_SYS_VOLATILE = frozenset({"stdout", "stderr", "stdin", "last_type", "last_value", "last_traceback", "last_exc",
+_LAZY_MODULES = frozenset({"unittest", "unittest.mock"})  # set names lazily (IsolatedAsyncioTestCase, file_spec)
+_HOOK_NAMES = frozenset({"_profile_hook", "_trace_hook"})  # threading's: None until a hook is set
+_SYS_VOLATILE = frozenset({"stdout", "stderr", "stdin", "path", "argv", "last_type", "last_value", "last_traceback", "last_exc",
                            "tracebacklimit", "ps1", "ps2"})
 _COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
 _BOOTSTRAP = ("import sys; path = sys.argv[1]; "
@@ -202,27 +205,40 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
 
 
 class _Machinery:
-    """A snapshot of every loaded module's namespace, of the `unittest` and `json` classes, and of builtins."""
+    """A snapshot of the namespaces of the loaded modules of `_STRICT_MODULES` (builtins included) and of
+    the `unittest` and `json` classes, with the version tags CPython bumps on every change of a class
+    or of a dict: a change undone before a check still shows (`_Versions`)."""
 
     def __init__(self) -> None:
-        self.modules = dict(sys.modules)
+        self.versions = _Versions()
+        self.modules = {name: module for name, module in sys.modules.items()
+                        if name.split(".")[0] in _STRICT_MODULES}
+        watched = {name: module for name, module in self.modules.items() if name.split(".")[0] in _WATCHED_PACKAGES}
+        for module in watched.values():  # warnings then update the registry in place, not the module's dict
+            vars(module).setdefault("__warningregistry__", {})
         self.module_dicts = {name: dict(vars(module)) for name, module in self.modules.items()}
         self.classes = {(name, attr): (value, dict(vars(value)))
-                        for name, module in self.modules.items() if name.split(".")[0] in _WATCHED_PACKAGES
-                        for attr, value in vars(module).items()
+                        for name, module in watched.items() for attr, value in vars(module).items()
                         if isinstance(value, type) and value.__module__.split(".")[0] in _WATCHED_PACKAGES}
+        self.tagged = [(f"{module}.{attr}", cls) for (module, attr), (cls, _) in self.classes.items()]
+        self.tagged += [(name, vars(module)) for name, module in watched.items() if name not in _LAZY_MODULES]
+        self.tags = [self.versions.read(obj) for _, obj in self.tagged]
+
+    def watch(self, name: str, space: dict) -> None:
+        """Also report any change of `space` (a namespace nothing honest writes to any more)."""
+        self.tagged.append((name, space))
+        self.tags.append(self.versions.read(space))
 
     def changes(self) -> list[str]:
         """What differs from the snapshot. Allowed: new submodules, warning registries, sys's streams,
-        new builtins, and outside `_STRICT_MODULES` new names and names that were None."""
+        new builtins, names that were None (lazy caches; not threading's hooks)."""
         found = [f"sys.modules[{name!r}]" for name, module in self.modules.items() if sys.modules.get(name) is not module]
         for name, before in self.module_dicts.items():
             now = vars(self.modules[name])
             volatile = _SYS_VOLATILE if name == "sys" else ()
-            strict = name.split(".")[0] in _STRICT_MODULES
-            found += [f"{name}.{attr}" for attr, value in before.items()
-                      if now.get(attr, _GONE) is not value and attr not in volatile and (strict or value is not None)]
-            if strict and name != "builtins":
+            found += [f"{name}.{attr}" for attr, value in before.items() if now.get(attr, _GONE) is not value
+                      and attr not in volatile and (value is not None or attr in _HOOK_NAMES)]
+            if name != "builtins":
                 found += [f"{name}.{attr} (added)" for attr, value in list(now.items())
                           if attr not in before and attr not in volatile and attr != "__warningregistry__"
                           and not (isinstance(value, type(sys)) and vars(value).get("__name__") == f"{name}.{attr}")]
@@ -230,7 +246,44 @@ class _Machinery:
             now = vars(cls)
             changed = set(before) ^ set(now) | {key for key in before if key in now and now[key] is not before[key]}
             found += [f"{module}.{attr}.{key}" for key in sorted(changed)]
+        found += [f"{name} (changed, then restored)" for (name, obj), tag in zip(self.tagged, self.tags)
+                  if self.versions.read(obj) != tag]
         return found
+
+
+class _Versions:
+    """CPython's version tags: a class's `tp_version_tag` and a dict's `ma_version_tag`, which change at
+    every modification and that Python code cannot set. Read through ctypes by the harness (the audit
+    hook refuses ctypes to the program). Calibrated on throwaway objects; where the layout is not the
+    expected one (another interpreter), every read is 0 and only the snapshots count."""
+
+    _TYPE_OFFSET, _DICT_OFFSET = 384, 24  # CPython 3.11, 64-bit: PyTypeObject.tp_version_tag, PyDictObject.ma_version_tag
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self._uint, self._u64 = ctypes.c_uint, ctypes.c_uint64
+        self.works = sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11) and self._calibrate()
+
+    def _raw(self, obj: object) -> int:
+        if isinstance(obj, type):
+            getattr(obj, "_bcb_probe_", None)  # a lookup gives the class a tag if it has none
+            return int(self._uint.from_address(id(obj) + self._TYPE_OFFSET).value)
+        return int(self._u64.from_address(id(obj) + self._DICT_OFFSET).value)
+
+    def _calibrate(self) -> bool:
+        probe = type("Probe", (), {})
+        space: dict[str, int] = {}
+        before, again = self._raw(probe), self._raw(probe)
+        probe.x = 1  # type: ignore[attr-defined]
+        del probe.x  # type: ignore[attr-defined]
+        first = self._raw(space)
+        space["x"] = 1
+        del space["x"]
+        return before == again != 0 and self._raw(probe) not in (0, before) and self._raw(space) != first
+
+    def read(self, obj: object) -> int:
+        return self._raw(obj) if self.works else 0
 
 
 _GONE = object()
@@ -261,7 +314,7 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
                 file = getattr(code, "co_filename", "")
                 if "__dataclass_params__" in members and file == "<string>" and code.co_name == name:
                     dataclass = True  # generated by dataclasses: compares the fields, walked below
-                elif not (isinstance(file, str) and file.startswith(roots)):
+                elif not (isinstance(file, str) and (file.startswith(roots) or file.startswith("<frozen "))):
                     return f"an instance of {owner.__qualname__}, a class whose {name} the program defines"
         if issubclass(kind, dict):
             pending += [element for pair in dict.items(item) for element in pair]
@@ -293,6 +346,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     roots = _trusted_roots()
     sys.addaudithook(_audit_hook(violations, own_file))
     machinery = _Machinery()
+    machinery.watch("the harness's namespace", globals())
     test_case, test_suite, suite_run = unittest.TestCase, unittest.TestSuite, unittest.TestSuite.run
     result_base = unittest.TestResult
     format_error, any_type = result_base._exc_info_to_string, type(unittest.mock.ANY)
@@ -327,11 +381,14 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
                 if stage == "tests":
                     namespace.update({k: _guard(v, flagged, roots, any_type) if isinstance(v, function_type)
                                       and v.__code__.co_filename == PROGRAM_FILE else v
-                                      for k, v in module.__dict__.items() if not k.startswith("__")})
-                    namespace.update({"__name__": TESTS_MODULE, "__file__": TESTS_FILE, "__builtins__": builtins})
+                                      for k, v in module.__dict__.items()
+                                      if not k.startswith("__") and k not in _MODULE_HOOKS})
+                    namespace.update({"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins})
                 exec(compile(source, PROGRAM_FILE, "exec") if stage == "solution" else tests_code, space)
             except BaseException as error:  # the program may raise anything, SystemExit included
                 report(stage=stage, error=_describe(error), module=_missing_module(error), tampered=tampering()[:20])
+            if stage == "tests":
+                machinery.watch("the tests' namespace", namespace)
             changed = tampering()
             if changed:
                 report(stage=stage, tampered=changed[:20])
@@ -358,6 +415,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
                 and class_dict(cases).get(name) is methods[name] and not set(vars(test)) & (protected | {name}))
 
     def note(test: object, kind: str, text: str) -> None:
+        test = getattr(test, "test_case", test)  # a subtest's outcome is its test's
         name = getattr(test, "_testMethodName", None) or str(test)
         if outcomes.get(name, "ok") == "ok" or kind == "tampered":
             outcomes[name] = kind
@@ -382,9 +440,11 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
             failed = issubclass(err[0], test.failureException)  # type: ignore[attr-defined]
             add_error(test, err, "fail" if failed else "error")
 
+    # A run already entered, whose previous test class shares the tests' module: TestSuite never looks
+    # up the module's setUpModule/tearDownModule; the test class's own tearDownClass is called below.
     result = types.SimpleNamespace(
-        failfast=False, shouldStop=False, buffer=False, tb_locals=False, _testRunEntered=False,
-        _previousTestClass=None, _moduleSetUpFailed=False, errors=[], failures=[], skipped=[],
+        failfast=False, shouldStop=False, buffer=False, tb_locals=False, _testRunEntered=True,
+        _previousTestClass=type("Previous", (), {"__module__": "__test__"}), _moduleSetUpFailed=False, errors=[], failures=[], skipped=[],
         expectedFailures=[], unexpectedSuccesses=[], testsRun=0, _original_stdout=sys.stdout,
         _original_stderr=sys.stderr, startTest=start_test, stopTest=stop_test,
         addSuccess=lambda test: outcomes.setdefault(test._testMethodName, "ok"),
@@ -398,7 +458,9 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         _remove_unittest_tb_frames=lambda tb: result_base._remove_unittest_tb_frames(result, tb),
     )
     try:
-        suite_run(test_suite([cases(name) for name in names]), result)
+        suite = test_suite([cases(name) for name in names])
+        suite_run(suite, result)
+        suite._tearDownPreviousClass(None, result)
     except BaseException as error:  # a violation raised where the tests could not catch it
         report(stage="run", error=_describe(error), tampered=tampering()[:20])
     changed = tampering()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 
 MODULE_HOOKS = frozenset({"load_tests", "setUpModule", "tearDownModule", "__getattr__", "__dir__", "__builtins__"})
 REFUSED_MODULES = frozenset({
@@ -62,7 +63,9 @@ _PROC = re.compile(r"/proc/(self|thread-self|\d+|\{)|/dev/fd\b")
 def screen(code: str) -> list[str]:
     """Why `code` may not run (one short reason per finding, at most 10), or [] if it may."""
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like: not the screen's business
+            tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # the compile step reports it as SYNTAX_ERROR
     found: list[str] = []
@@ -79,7 +82,8 @@ def screen(code: str) -> list[str]:
             found += _check(node, aliases)
         if len(found) >= 10:
             break
-    return sorted(set(found), key=found.index)[:10]
+    unique = sorted(set(found), key=found.index)
+    return sorted(unique, key=lambda reason: int(reason.split()[1].rstrip(":")))[:10]
 
 
 def _bound_names(node: ast.stmt) -> list[str]:
