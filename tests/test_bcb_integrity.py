@@ -33,7 +33,9 @@ RUNTIME = {
     "bcb-report-fd-from-argv": "without the harness's nonce",
     "bcb-caller-frame-outcome-flag": "audit: sys._getframe",
     "bcb-equals-everything": "a class whose __eq__ the program defines",
+    "bcb-patch-then-restore": "unittest.TestCase (changed, then restored)",
 }
+PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore"}  # nothing to refuse: the run-time checks decide
 ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
 
 
@@ -103,7 +105,7 @@ def test_each_hack_fails_on_the_run_time_checks_alone(name: str, bench: BigCodeB
 
 @needs_data
 @needs_bwrap
-@pytest.mark.parametrize("name", sorted(set(RUNTIME) - {"bcb-equals-everything"}))
+@pytest.mark.parametrize("name", sorted(set(RUNTIME) - PAST_THE_SCREEN))
 def test_the_screen_refuses_each_hack_that_names_the_machinery(name: str, bench: BigCodeBench, task_test: str) -> None:
     verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_test)
     assert verdict.status == "REFUSED" and "not run" in verdict.detail

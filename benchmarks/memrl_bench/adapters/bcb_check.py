@@ -46,6 +46,7 @@ import hmac
 import json
 import os
 import sys
+from collections.abc import Callable
 
 MARKER = "@@BCB-VERDICT@@ "
 DETAIL_CHARS = 2000
@@ -71,8 +72,9 @@ _HOOK_NAMES = frozenset({"_profile_hook", "_trace_hook"})  # threading's: None u
 _SYS_VOLATILE = frozenset({"stdout", "stderr", "stdin", "path", "argv", "last_type", "last_value", "last_traceback", "last_exc",
                            "tracebacklimit", "ps1", "ps2"})
 _COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
-_BOOTSTRAP = ("import sys; path = sys.argv[1]; "
-              "exec(compile(open(path, encoding='utf-8').read(), path, 'exec'), {'__name__': '__bcb_harness__'})")
+# The harness: this file executed into a private namespace with a private copy of builtins.
+_BOOTSTRAP = ("import sys; path = sys.argv[1]; exec(compile(open(path, encoding='utf-8').read(), path, 'exec'), "
+              "{'__name__': '__bcb_harness__', '__builtins__': dict(vars(__builtins__))})")
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -220,8 +222,13 @@ class _Machinery:
         self.classes = {(name, attr): (value, dict(vars(value)))
                         for name, module in watched.items() for attr, value in vars(module).items()
                         if isinstance(value, type) and value.__module__.split(".")[0] in _WATCHED_PACKAGES}
-        self.tagged = [(f"{module}.{attr}", cls) for (module, attr), (cls, _) in self.classes.items()]
-        self.tagged += [(name, vars(module)) for name, module in watched.items() if name not in _LAZY_MODULES]
+        # version tags: of the classes whose bases are all unittest's, json's or builtin (a change to
+        # another base, such as a test patching collections.ChainMap, bumps its subclasses' tags too),
+        # and of unittest's module namespaces (tests patch json's functions; nobody patches unittest)
+        self.tagged = [(f"{module}.{attr}", cls) for (module, attr), (cls, _) in self.classes.items()
+                       if all(base.__module__.split(".")[0] in (*_WATCHED_PACKAGES, "builtins") for base in cls.__mro__)]
+        self.tagged += [(name, vars(module)) for name, module in watched.items()
+                        if name.startswith("unittest.") and name not in _LAZY_MODULES]
         self.tags = [self.versions.read(obj) for _, obj in self.tagged]
 
     def watch(self, name: str, space: dict) -> None:
@@ -330,6 +337,32 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
     return ""
 
 
+def _encoder() -> Callable[[object], str]:
+    """A JSON encoder made only of C functions of builtin types, bound now: nothing the program can
+    patch later (json's classes and functions, builtins) takes part in writing the report."""
+    from _json import encode_basestring_ascii as quote
+
+    kind_of, text, integer, listing, pairs = type, str.__str__, int.__repr__, (list, tuple), dict.items
+    join, is_sub = ", ".join, issubclass
+
+    def encode(value: object) -> str:
+        kind = kind_of(value)
+        if value is None or kind is bool:
+            return "null" if value is None else "true" if value else "false"
+        if kind is int:
+            return integer(value)
+        if is_sub(kind, str):
+            return quote(text(value))
+        if kind in listing:
+            return "[" + join([encode(item) for item in value]) + "]"  # type: ignore[attr-defined]
+        if kind is dict:
+            return "{" + join([quote(text(key) if is_sub(kind_of(key), str) else "?") + ": " + encode(item)
+                               for key, item in pairs(value)]) + "}"  # type: ignore[arg-type]
+        return quote(kind.__name__)
+
+    return encode
+
+
 def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) -> None:
     """Run the solution's tests (see module docstring) and write the report on `report_fd`."""
     import builtins
@@ -339,7 +372,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
 
     nonce = os.read(nonce_fd, 256).decode()
     os.close(nonce_fd)
-    write, dumps, exit_now, function_type = os.write, json.dumps, os._exit, types.FunctionType
+    write, encode, exit_now, function_type = os.write, _encoder(), os._exit, types.FunctionType
     violations: list[str] = []
     flagged: list[str] = []
     own_file = os.path.abspath(sys.argv[1])
@@ -347,6 +380,8 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     sys.addaudithook(_audit_hook(violations, own_file))
     machinery = _Machinery()
     machinery.watch("the harness's namespace", globals())
+    if isinstance(globals().get("__builtins__"), dict):
+        machinery.watch("the harness's builtins", globals()["__builtins__"])
     test_case, test_suite, suite_run = unittest.TestCase, unittest.TestSuite, unittest.TestSuite.run
     result_base = unittest.TestResult
     format_error, any_type = result_base._exc_info_to_string, type(unittest.mock.ANY)
@@ -362,7 +397,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     protected = {name for name in dir(test_case) if callable(getattr(test_case, name, None))}
 
     def report(**fields: object) -> None:
-        data = dumps({"nonce": nonce, **fields}).encode()[:REPORT_BYTES]
+        data = encode({"nonce": nonce, **fields}).encode()[:REPORT_BYTES]
         while data:
             data = data[write(report_fd, data):]
         exit_now(0)
