@@ -406,7 +406,8 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         return [f"audit: {v}" for v in violations[:5]] + machinery.changes()
 
     module = types.ModuleType("__test__")
-    module.__dict__.update({"__file__": PROGRAM_FILE, "sys": sys, "os": os, "environ": os.environ})
+    module.__dict__.update({"__file__": PROGRAM_FILE, "__builtins__": builtins, "sys": sys, "os": os,
+                            "environ": os.environ})
     sys.modules["__test__"] = module
     namespace: dict[str, object] = {}
     try:
@@ -418,7 +419,8 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
                                       and v.__code__.co_filename == PROGRAM_FILE else v
                                       for k, v in module.__dict__.items()
                                       if not k.startswith("__") and k not in _MODULE_HOOKS})
-                    namespace.update({"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins})
+                    namespace.update({"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins,
+                                      "__warningregistry__": {}})  # warnings update it in place
                 exec(compile(source, PROGRAM_FILE, "exec") if stage == "solution" else tests_code, space)
             except BaseException as error:  # the program may raise anything, SystemExit included
                 report(stage=stage, error=_describe(error), module=_missing_module(error), tampered=tampering()[:20])
