@@ -79,6 +79,9 @@ def test_the_screen_refuses_no_reference_solution() -> None:
     ("class A:\n    pass\nA.__eq__ = lambda *a: True\n", "assigns the special attribute '__eq__'"),
     ("data = open('/proc/self/mem', 'rb')\n", "/proc"),
     ("__builtins__ = {}\n", "'__builtins__'"),
+    ("import numpy as np\nnp.testing.assert_array_equal = print\n", "replaces an assertion helper"),
+    ("import pandas as pd\nsetattr(pd.testing, 'assert_frame_equal', print)\n", "replaces an assertion helper"),
+    ("def task_func(m):\n    m.assert_called_once_with = print\n", "replaces an assertion helper"),
 ])
 def test_the_screen_refuses_the_machinery(code: str, reason: str) -> None:
     reasons = screen(code)
@@ -89,6 +92,7 @@ def test_the_screen_lets_ordinary_code_through() -> None:
     code = ('"""Uses unittest.mock in the docs: f_back, __globals__."""\nimport numpy as np\nimport sys\n\n'
             'class Point:\n    def __eq__(self, other):\n        return True\n\n'
             'def task_func(a):\n    """>>> task_func.__globals__"""\n    print(type(a).__name__, sys.argv)\n'
+            '    np.random.seed(0)\n    pd_options.display.max_rows = 5\n'
             '    return np.stack([a, a]), open("/proc/meminfo").read()\n')
     assert screen(code) == []
     assert screen("def f(:\n") == []  # a syntax error is the compile step's to report
