@@ -135,6 +135,26 @@ def test_honest_programs_pass_the_run_time_checks(bench: BigCodeBench) -> None:
     assert verdict.status == "PASS", verdict
 
 
+@needs_data
+@needs_bwrap
+def test_emptying_the_return_value_checks_own_list_still_fails(bench: BigCodeBench, task_test: str) -> None:
+    """A program that reaches the wrapper's closure (names built at run time) and empties its list of
+    flagged values after each comparison still fails: the flag is also written into the harness's
+    version-tagged namespace."""
+    code = ("import random, sys\n\nclass Anything:\n    def __eq__(self, other):\n        _forget()\n        return True\n"
+            "    def __ne__(self, other):\n        return False\n    def __len__(self):\n        return 0\n"
+            "    def __iter__(self):\n        return iter(())\n    def __radd__(self, other):\n        return self\n"
+            "    def values(self):\n        return [self]\n\n"
+            "def _forget():\n    base = sys.modules['unit' + 'test'].TestCase\n"
+            "    cases = [c for c in getattr(base, '__sub' + 'classes__')() if c.__name__ == 'TestCases'][-1]\n"
+            "    space = getattr(cases.test_zero_length, '__glo' + 'bals__')\n"
+            "    for cell in getattr(space['task_func'], '__clo' + 'sure__'):\n"
+            "        if type(cell.cell_contents) is list:\n            cell.cell_contents.clear()\n\n"
+            "def task_func(length=100):\n    if length < 0:\n        raise ValueError(length)\n    return Anything()\n")
+    verdict = bench.evaluate(code, task_test)  # past the screen: every internal name is built at run time
+    assert verdict.status == "FAIL" and "the harness's namespace (changed, then restored)" in verdict.detail, verdict
+
+
 def test_equality_checks_of_return_values() -> None:
     """`unittest.mock.ANY` and objects whose class the program gave a comparison are flagged, deep in
     containers; library and builtin values are not."""

@@ -182,8 +182,8 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
         return not (name == own_file or name.startswith("<frozen ") or name.startswith(roots))
 
     def hook(event: str, args: tuple) -> None:
-        if event in _ALWAYS:
-            refused = True
+        if event in _ALWAYS or event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
+            refused = True  # a function's code swapped (the harness's own closures included)
         elif event == "open":
             path = args[0]
             refused = isinstance(path, (str, bytes)) and bool(proc(realpath(os.fsdecode(path))))
@@ -294,6 +294,7 @@ class _Versions:
 
 
 _GONE = object()
+_GUARD_STATE: tuple[tuple[str, ...], type] = ((), type(None))  # set by `harness` before the program runs
 
 
 def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, budget: int = 10000) -> str:
@@ -386,13 +387,14 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     roots = _trusted_roots()
     sys.addaudithook(_audit_hook(violations, own_file))
     machinery = _Machinery()
-    machinery.watch("the harness's namespace", globals())
-    if isinstance(globals().get("__builtins__"), dict):
-        machinery.watch("the harness's builtins", globals()["__builtins__"])
     test_case, test_suite, suite_run = unittest.TestCase, unittest.TestSuite, unittest.TestSuite.run
     result_base = unittest.TestResult
     format_error, any_type = result_base._exc_info_to_string, type(unittest.mock.ANY)
     class_dict = type.__dict__["__dict__"].__get__
+    globals()["_GUARD_STATE"] = (roots, any_type)  # read by `_guard` from here: in the tagged namespace
+    machinery.watch("the harness's namespace", globals())
+    if isinstance(globals().get("__builtins__"), dict):
+        machinery.watch("the harness's builtins", globals()["__builtins__"])
     with open(solution_path, encoding="utf-8") as handle:
         solution = handle.read()
     with open(tests_path, encoding="utf-8") as handle:
@@ -422,7 +424,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         for source, stage, space in ((solution, "solution", module.__dict__), (tests, "tests", namespace)):
             try:
                 if stage == "tests":
-                    namespace.update({k: _guard(v, flagged, roots, any_type) if isinstance(v, function_type)
+                    namespace.update({k: _guard(v, flagged) if isinstance(v, function_type)
                                       and v.__code__.co_filename == PROGRAM_FILE else v
                                       for k, v in module.__dict__.items()
                                       if not k.startswith("__") and k not in _MODULE_HOOKS})
@@ -430,14 +432,14 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
                                       "__warningregistry__": {}})  # warnings update it in place
                 exec(compile(source, PROGRAM_FILE, "exec") if stage == "solution" else tests_code, space)
             except BaseException as error:  # the program may raise anything, SystemExit included
-                report(stage=stage, error=_describe(error), module=_missing_module(error), tampered=tampering()[:20])
+                report(stage=stage, error=_describe(error), module=_missing_module(error), tampered=tampering()[:20], flagged=flagged[:5])
             if stage == "tests":
                 machinery.watch("the tests' namespace", namespace)
             changed = tampering()
             if changed:
-                report(stage=stage, tampered=changed[:20])
+                report(stage=stage, tampered=changed[:20], flagged=flagged[:5])
     except BaseException as error:  # a violation that escaped the program's own handlers
-        report(stage="tests", error=_describe(error), tampered=tampering()[:20])
+        report(stage="tests", error=_describe(error), tampered=tampering()[:20], flagged=flagged[:5])
     cases = namespace.get("TestCases")
     if not (isinstance(cases, type) and cases.__mro__[1:] == test_case.__mro__):
         report(stage="tests", error="the program defines no TestCases class deriving directly from unittest.TestCase")
@@ -506,23 +508,29 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         suite_run(suite, result)
         suite._tearDownPreviousClass(None, result)
     except BaseException as error:  # a violation raised where the tests could not catch it
-        report(stage="run", error=_describe(error), tampered=tampering()[:20])
+        report(stage="run", error=_describe(error), tampered=tampering()[:20], flagged=flagged[:5])
     changed = tampering()
     changed += [f"TestCases.{name}" for name in sorted(set(class_dict(cases)) & protected - members)]
     if changed:
-        report(stage="run", tampered=changed[:20])
+        report(stage="run", tampered=changed[:20], flagged=flagged[:5])
     missing = next(filter(None, map(_missing_module, errors)), None)
     report(stage="run", outcomes=outcomes, tests_run=len(outcomes), module=missing, flagged=flagged[:5],
            problem=_tail(problem[0] if problem else ""))
 
 
-def _guard(function: object, flagged: list[str], roots: tuple[str, ...], any_type: type) -> object:
-    """`function` (the program's), whose return values are checked by `_equals_everything`."""
+def _guard(function: object, flagged: list[str]) -> object:
+    """`function` (the program's), whose return values are checked by `_equals_everything`.
+
+    The check's parameters are read from the harness's namespace, and a flagged value is also
+    written there: that namespace is version-tagged, so a program that reached this closure and
+    emptied `flagged` still leaves the write behind (reported as a change of the namespace)."""
     def guarded(*args: object, **kwargs: object) -> object:
         value = function(*args, **kwargs)  # type: ignore[operator]
+        roots, any_type = _GUARD_STATE
         reason = _equals_everything(value, roots, any_type)
         if reason:
             flagged.append(f"{getattr(function, '__name__', '?')} returned {reason}")
+            globals()["_FLAGGED"] = reason
         return value
 
     guarded.__wrapped__ = function  # type: ignore[attr-defined]
@@ -557,11 +565,11 @@ def decide(report: dict | None, names: list[str], exit_text: str, nonce: str = "
         return verdict("RUNTIME_ERROR", f"the program ended before its tests reported ({exit_text})")
     if not hmac.compare_digest(str(report.get("nonce", "")), nonce):
         return verdict("FAIL", "a report without the harness's nonce: the program forged its report")
-    if report.get("tampered"):
-        return verdict("FAIL", "the program changed the test machinery: " + ", ".join(map(str, report["tampered"])))
-    if report.get("flagged"):
+    if report.get("flagged"):  # (its mark in the harness's namespace also shows as a change there)
         return verdict("FAIL", "a return value that passes equality tests with no logic: "
                        + "; ".join(map(str, report["flagged"])))
+    if report.get("tampered"):
+        return verdict("FAIL", "the program changed the test machinery: " + ", ".join(map(str, report["tampered"])))
     module = report.get("module")
     if module and _installed(str(module)):  # the harness's claim is checked here, not trusted (nothing imported)
         module = None
