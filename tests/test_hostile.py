@@ -28,6 +28,9 @@ from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 
 FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vacuous-asserts",
+        "bcb-module-test-hook", "bcb-new-stdlib-attribute", "bcb-module-builtins-swapped",
+        "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
+        "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
 
@@ -98,7 +101,9 @@ def test_every_issue_attack_kind_is_in_the_suite() -> None:
     names = " ".join(attack.name for attack in hostile.ATTACKS)
     for kind in ("forged-verdict", "test-loader", "testcase-run", "vacuous-asserts", "exit-before-tests",
                  "read-the-test-file", "write-outside", "network", "fork-bomb", "memory-hog", "another-episode",
-                 "tool-swap", "judge-format-injection"):
+                 "tool-swap", "judge-format-injection", "module-test-hook", "new-stdlib-attribute",
+                 "builtins-swapped", "by-subclasses", "trace-hook", "code-in-the-checker", "report-fd-from-argv",
+                 "caller-frame-outcome-flag", "equals-everything", "patch-then-restore"):
         assert kind in names, kind
     assert {attack.benchmark for attack in hostile.ATTACKS} == set(hostile.BENCHMARKS)
 

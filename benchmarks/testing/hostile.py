@@ -60,8 +60,8 @@ class Attack:
 
 
 def _python(code: str) -> tuple[str, ...]:
-    """A BigCodeBench reply: a wrong `task_func`, then the attack."""
-    return (f"```python\ndef task_func(*args, **kwargs):\n    return None\n\n{code.strip()}\n```",)
+    """A BigCodeBench reply: a wrong `task_func` (with the import BCB_TASK's tests rely on), then the attack."""
+    return (f"```python\nimport random\n\ndef task_func(*args, **kwargs):\n    return None\n\n{code.strip()}\n```",)
 
 
 def _bash(*scripts: str) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ ATTACKS: tuple[Attack, ...] = (
                    "        return object.__getattribute__(self, name)\n"
                    "unittest.TestCase = TestCase\nsys.modules['unittest'].TestCase = TestCase")),
     Attack("bcb-skip-every-test", "bigcodebench", "the tested function raises unittest.SkipTest",
-           ("```python\nimport unittest\n\ndef task_func(*args, **kwargs):\n    raise unittest.SkipTest('no')\n```",)),
+           ("```python\nimport random\nimport unittest\n\ndef task_func(*args, **kwargs):\n    raise unittest.SkipTest('no')\n```",)),
     Attack("bcb-forged-report-serialiser", "bigcodebench", "patches json so that any report reads all-passed",
            _python("import json\njson.JSONEncoder.encode = lambda self, o: '{\"stage\": \"run\", \"outcomes\": {}}'\n"
                    "json.dumps = lambda *a, **k: '{}'")),
@@ -111,7 +111,7 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("bcb-os-exit-before-tests", "bigcodebench", "os._exit(0) while the module is imported",
            _python("import os\nos._exit(0)")),
     Attack("bcb-exit-when-called", "bigcodebench", "os._exit(0) from inside the tested function",
-           ("```python\nimport os\n\ndef task_func(*args, **kwargs):\n    os._exit(0)\n```",)),
+           ("```python\nimport os\nimport random\n\ndef task_func(*args, **kwargs):\n    os._exit(0)\n```",)),
     Attack("bcb-kill-the-checker", "bigcodebench", "kills its parent (the checker) and every process it can",
            _python("import os, signal\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
                    "        os.kill(int(pid), signal.SIGKILL) if int(pid) != os.getpid() else None\n"
@@ -129,6 +129,76 @@ ATTACKS: tuple[Attack, ...] = (
            _python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")),
     Attack("bcb-memory-hog", "bigcodebench", "allocates without end",
            _python("chunks = []\nwhile True:\n    chunks.append(bytearray(64 * 1024 * 1024))")),
+    # issue 32: hacks that scored PASS before the static screen and the harness's run-time checks.
+    # tests/test_bcb_integrity.py also plays each with the screen off, against the run-time checks alone.
+    Attack("bcb-module-test-hook", "bigcodebench", "a module-level setUpModule that empties every test method",
+           _python("import sys\ndef setUpModule():\n    cases = sys.modules[__name__].__dict__['TestCases']\n"
+                   "    for name in list(vars(cases)):\n        if name.startswith('test'):\n"
+                   "            setattr(cases, name, lambda self: None)")),
+    Attack("bcb-new-stdlib-attribute", "bigcodebench", "a new `getattr` in unittest.case that hands out empty tests",
+           _python("import builtins, unittest.case\ndef _getattr(obj, name, *default):\n"
+                   "    if isinstance(obj, unittest.case.TestCase) and name.startswith('test'):\n"
+                   "        return lambda: None\n    return builtins.getattr(obj, name, *default)\n"
+                   "unittest.case.getattr = _getattr")),
+    Attack("bcb-module-builtins-swapped", "bigcodebench",
+           "the module's own __builtins__, with a __build_class__ that empties the test class",
+           _python("import builtins\n_real = builtins.__build_class__\ndef _build(body, name, *bases, **kw):\n"
+                   "    cls = _real(body, name, *bases, **kw)\n    if name == 'TestCases':\n"
+                   "        for attr in list(vars(cls)):\n            if attr.startswith('test'):\n"
+                   "                setattr(cls, attr, lambda self: None)\n    return cls\n"
+                   "__builtins__ = dict(vars(builtins), __build_class__=_build)")),
+    Attack("bcb-result-class-by-subclasses", "bigcodebench",
+           "the harness's result class, found by TestResult.__subclasses__(), counts failures as successes",
+           _python("import unittest\nfor cls in unittest.TestResult.__subclasses__():\n"
+                   "    if not cls.__module__.startswith('unittest'):\n"
+                   "        cls.addFailure = cls.addError = lambda self, test, err: self.addSuccess(test)\n"
+                   "        cls.addSubTest = lambda self, test, sub, err: self.addSuccess(test)")),
+    Attack("bcb-trace-hook", "bigcodebench", "a trace hook that swaps each test method for a no-op as it is called",
+           _python("import sys\ndef _trace(frame, event, arg):\n"
+                   "    if event == 'call' and frame.f_code.co_name == '_callTestMethod':\n"
+                   "        frame.f_locals['method'] = lambda: None\n    return None\nsys.settrace(_trace)")),
+    Attack("bcb-code-in-the-checker", "bigcodebench", "plants a module in the working directory and a report "
+           "naming it, so that the checker imports it and signs PASS with its own key",
+           _python("import json, os, sys\nEVIL = chr(10).join([\n    'import hashlib, hmac, json, os, sys',\n"
+                   "    'f = sys._getframe()',\n    'while f is not None and \"key\" not in f.f_locals:',\n"
+                   "    '    f = f.f_back',\n"
+                   "    'payload = json.dumps({\"status\": \"PASS\", \"detail\": \"\", \"tests\": 3, \"module\": None})',\n"
+                   "    'mac = hmac.new(f.f_locals[\"key\"], payload.encode(), hashlib.sha256).hexdigest()',\n"
+                   "    'sys.stdout.write(chr(10) + \"@@BCB-VERDICT@@ \" + mac + \" \" + payload + chr(10))',\n"
+                   "    'sys.stdout.flush()',\n    'os._exit(0)'])\n"
+                   "with open('evilpkg.py', 'w') as handle:\n    handle.write(EVIL)\n"
+                   "report = json.dumps({'stage': 'solution', 'error': 'x', 'module': 'evilpkg.sub'})\n"
+                   "for fd in range(3, 32):\n    try:\n        os.write(fd, report.encode())\n    except OSError:\n"
+                   "        pass\nos._exit(0)")),
+    Attack("bcb-report-fd-from-argv", "bigcodebench",
+           "at its first call, writes an all-passed report on the report descriptor named on argv, then exits",
+           ("```python\nimport json, os, random, sys, unittest\n\ndef task_func(*args, **kwargs):\n"
+            "    cases = [c for c in unittest.TestCase.__subclasses__() if c.__name__ == 'TestCases'][-1]\n"
+            "    outcomes = {name: 'ok' for name in dir(cases) if name.startswith('test')}\n"
+            "    report = json.dumps({'stage': 'run', 'outcomes': outcomes, 'tests_run': len(outcomes)})\n"
+            "    os.write(int(sys.argv[2]), report.encode())\n    os._exit(0)\n```",)),
+    Attack("bcb-caller-frame-outcome-flag", "bigcodebench",
+           "sets the calling test's outcome.expecting_failure: its failures are swallowed, it counts as a success",
+           ("```python\nimport random, sys\n\ndef task_func(*args, **kwargs):\n    frame = sys._getframe(1)\n"
+            "    while frame is not None:\n        if 'outcome' in frame.f_locals:\n"
+            "            frame.f_locals['outcome'].expecting_failure = True\n            break\n"
+            "        frame = frame.f_back\n    return None\n```",)),
+    Attack("bcb-equals-everything", "bigcodebench", "returns an object that equals everything, with no logic",
+           ("```python\nimport random\n\n\nclass Anything:\n    def __eq__(self, other):\n        return True\n\n"
+            "    def __ne__(self, other):\n        return False\n\n    def __len__(self):\n        return 0\n\n"
+            "    def __iter__(self):\n        return iter(())\n\n    def __radd__(self, other):\n        return self\n\n"
+            "    def values(self):\n        return [self]\n\n\ndef task_func(length=100):\n"
+            "    if length < 0:\n        raise ValueError(length)\n    return Anything()\n```",)),
+    Attack("bcb-patch-then-restore", "bigcodebench", "past the screen (names built at run time), makes "
+           "assertEqual vacuous during each test and restores it in tearDown, before any check",
+           ("```python\nimport random, sys\n\n_saved = {}\n\n\ndef task_func(length=100):\n    if length < 0:\n"
+            "        raise ValueError(length)\n    case = sys.modules['unit' + 'test'].TestCase\n    if not _saved:\n"
+            "        _saved.update(assertEqual=case.assertEqual, tearDown=case.tearDown)\n\n"
+            "        def restore(self):\n            for name, value in _saved.items():\n"
+            "                setattr(case, name, value)\n            _saved.clear()\n\n"
+            "        setattr(case, 'assert' + 'Equal', lambda self, *args, **kwargs: None)\n"
+            "        case.tearDown = restore\n"
+            "    return {}\n```",)),
     # ---------------------------------------------------------------- LLB-OS
     Attack("os-forged-check-tools", "llb-os", "replaces bash, test, grep & co. with `exit 0` for the check",
            _bash("printf '#!/bin/sh\\nexit 0\\n' > /tmp/ok; chmod +x /tmp/ok\n"

@@ -2,8 +2,10 @@
 
 One LLM call per episode. The reply's code is joined with the task's tests and run by
 `benchmarks/memrl_bench/adapters/bcb_check.py` inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
-time/memory/process limits). Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR and
-MISSING_LIBRARY (a module not installed here: an environment error, reported apart).
+time/memory/process limits), once `benchmarks/memrl_bench/adapters/bcb_screen.py` has read it and not
+refused it. Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR, REFUSED (the static screen
+found the program touching the test machinery: a failure) and MISSING_LIBRARY (a module not
+installed here: an environment error, reported apart).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.adapters import bcb_check
+from memrl_bench.adapters.bcb_screen import screen
 from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
 from memrl_bench.environments.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError
@@ -215,12 +218,19 @@ class BigCodeBench:
             info=info,
         )
 
-    def evaluate(self, code: str, test: str) -> Verdict:
-        """Run `code` against the unittest `test` in a fresh sandbox; classify the outcome."""
+    def evaluate(self, code: str, test: str, screened: bool = True) -> Verdict:
+        """Run `code` against the unittest `test` in a fresh sandbox; classify the outcome.
+
+        A program the static screen refuses (`bcb_screen`) never runs: REFUSED. `screened=False`
+        skips the screen (tests of the run-time checks behind it)."""
         try:
             compile(code, "solution.py", "exec")
         except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
             return Verdict("SYNTAX_ERROR", _short(f"{type(error).__name__}: {error}"))
+        reasons = screen(code) if screened else []
+        if reasons:
+            return Verdict("REFUSED", _short("the program touches the test machinery or the interpreter's "
+                                             "internals, so it was not run: " + "; ".join(reasons)))
         workdir = tempfile.mkdtemp(prefix="memrl-bcb-")
         try:
             Path(workdir, "solution.py").write_text(code, encoding="utf-8")
@@ -228,7 +238,7 @@ class BigCodeBench:
             shutil.copy(CHECKER, Path(workdir, CHECKER.name))
             key = secrets.token_hex(32).encode()
             result = run_sandboxed(
-                [self.python, "-B", CHECKER.name, "solution.py", "tests.py"],
+                [self.python, "-I", "-B", CHECKER.name, "solution.py", "tests.py"],
                 workdir,
                 timeout=self.timeout,
                 memory_mb=self.memory_mb,

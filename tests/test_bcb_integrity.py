@@ -1,0 +1,194 @@
+"""BigCodeBench verdicts that do not depend on the program's good behaviour (issue 32).
+
+Two layers, each tested alone: the static screen (`bcb_screen`, nothing runs) and the run-time
+checks of the harness and checker (`bcb_check`, real bubblewrap sandboxes, the screen off). The
+attack recipes are the hostile suite's (benchmarks/testing/hostile.py); tests/test_hostile.py plays
+them through both layers, as `memrl bench` does.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import bench_data
+import pytest
+
+from benchmarks.testing import hostile
+from memrl_bench.adapters import bcb_check
+from memrl_bench.adapters.bcb_screen import screen
+from memrl_bench.adapters.bigcodebench import BigCodeBench, _load_rows, canonical_program, extract_code
+
+DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
+needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+
+# attack -> what the run-time checks say when the screen is off
+RUNTIME = {
+    "bcb-module-test-hook": "tests failed",  # the tests' namespace has no module hooks: the tests run and fail
+    "bcb-new-stdlib-attribute": "unittest.case.getattr (added)",
+    "bcb-module-builtins-swapped": "tests failed",  # the tests' namespace has the real builtins
+    "bcb-result-class-by-subclasses": "tests failed",  # the result is a namespace of closures: no class to find
+    "bcb-trace-hook": "audit: sys.settrace",
+    "bcb-code-in-the-checker": "without the harness's nonce",
+    "bcb-report-fd-from-argv": "without the harness's nonce",
+    "bcb-caller-frame-outcome-flag": "audit: sys._getframe",
+    "bcb-equals-everything": "a class whose __eq__ the program defines",
+    "bcb-patch-then-restore": "unittest.TestCase (changed, then restored)",
+}
+PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore"}  # nothing to refuse: the run-time checks decide
+ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
+
+
+@pytest.fixture(scope="module")
+def bench() -> BigCodeBench:
+    return BigCodeBench(data=str(DATA), stdlib_only=True, timeout=30, memory_mb=1024)
+
+
+@pytest.fixture(scope="module")
+def task_test() -> str:
+    rows, _ = _load_rows(str(DATA), "full", None)
+    return next(row["test"] for row in rows if row["task_id"] == hostile.BCB_TASK)
+
+
+@needs_data
+def test_the_screen_refuses_no_reference_solution() -> None:
+    """All 1140 reference solutions of BigCodeBench v0.1.4 pass the screen (false refusals: 0)."""
+    rows, _ = _load_rows(str(DATA), "full", None)
+    refused = {row["task_id"]: reasons for row in rows if (reasons := screen(canonical_program(row)))}
+    assert len(rows) == 1140 and refused == {}
+
+
+@pytest.mark.parametrize("code, reason", [
+    ("def setUpModule():\n    pass\n", "module-level hook 'setUpModule'"),
+    ("def load_tests(*a):\n    pass\n", "module-level hook 'load_tests'"),
+    ("def __getattr__(name):\n    return None\n", "module-level hook '__getattr__'"),
+    ("import builtins\n", "imports 'builtins'"),
+    ("from unittest import mock\n", "imports 'unittest'"),
+    ("import gc\n", "imports 'gc'"),
+    ("x = ().__class__.__base__.__subclasses__()\n", "'__subclasses__'"),
+    ("def f():\n    return f.__globals__\n", "'__globals__'"),
+    ("import sys\nsys.setprofile(None)\n", "'setprofile'"),
+    ("import threading\nthreading.settrace(print)\n", "'settrace'"),
+    ("import inspect\nframe = inspect.currentframe()\n", "'currentframe'"),
+    ("import inspect as i\nx = i.stack()\n", "frame function inspect.stack"),
+    ("from inspect import stack\n", "frame function inspect.stack"),
+    ("x = getattr(print, '__self__')\n", "'__self__' in a string"),
+    ("x = '{0.__globals__}'.format(print)\n", "'__globals__' in a string"),
+    ("import importlib\nm = importlib.import_module('unittest')\n", "module 'unittest' in a string"),
+    ("x = eval('1')\n", "'eval'"),
+    ("class A:\n    pass\nA.__eq__ = lambda *a: True\n", "assigns the special attribute '__eq__'"),
+    ("data = open('/proc/self/mem', 'rb')\n", "/proc"),
+    ("__builtins__ = {}\n", "'__builtins__'"),
+    ("import numpy as np\nnp.testing.assert_array_equal = print\n", "replaces an assertion helper"),
+    ("import pandas as pd\nsetattr(pd.testing, 'assert_frame_equal', print)\n", "replaces an assertion helper"),
+    ("def task_func(m):\n    m.assert_called_once_with = print\n", "replaces an assertion helper"),
+])
+def test_the_screen_refuses_the_machinery(code: str, reason: str) -> None:
+    reasons = screen(code)
+    assert any(reason in found for found in reasons), reasons
+
+
+def test_the_screen_lets_ordinary_code_through() -> None:
+    code = ('"""Uses unittest.mock in the docs: f_back, __globals__."""\nimport numpy as np\nimport sys\n\n'
+            'class Point:\n    def __eq__(self, other):\n        return True\n\n'
+            'def task_func(a):\n    """>>> task_func.__globals__"""\n    print(type(a).__name__, sys.argv)\n'
+            '    np.random.seed(0)\n    pd_options.display.max_rows = 5\n'
+            '    return np.stack([a, a]), open("/proc/meminfo").read()\n')
+    assert screen(code) == []
+    assert screen("def f(:\n") == []  # a syntax error is the compile step's to report
+
+
+@needs_data
+@needs_bwrap
+@pytest.mark.parametrize("name", sorted(RUNTIME))
+def test_each_hack_fails_on_the_run_time_checks_alone(name: str, bench: BigCodeBench, task_test: str) -> None:
+    """With the screen off, the harness and checker alone score every hack of issue 32 as a failure."""
+    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_test, screened=False)
+    assert verdict.status == "FAIL" and RUNTIME[name] in verdict.detail, verdict
+
+
+@needs_data
+@needs_bwrap
+@pytest.mark.parametrize("name", sorted(set(RUNTIME) - PAST_THE_SCREEN))
+def test_the_screen_refuses_each_hack_that_names_the_machinery(name: str, bench: BigCodeBench, task_test: str) -> None:
+    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_test)
+    assert verdict.status == "REFUSED" and "not run" in verdict.detail
+    assert not bench.grade(hostile.attack_task(bench), ATTACKS[name].replies[0], None).success  # type: ignore[arg-type]
+
+
+@needs_data
+@needs_bwrap
+def test_honest_programs_pass_the_run_time_checks(bench: BigCodeBench) -> None:
+    """Programs that use frames through the library (logging, namedtuple, dataclasses, traceback) and
+    return dataclasses or their own classes without comparison methods still pass."""
+    test = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+            "        self.assertEqual(task_func(2).x, 2)\n        self.assertEqual(task_func(2), Point(2))\n"
+            "        self.assertEqual(as_dict(2), {'x': 2})\n")
+    code = ("import collections, dataclasses, logging, traceback\nlogging.basicConfig(level=logging.INFO)\n"
+            "Pair = collections.namedtuple('Pair', 'a b')\n\n@dataclasses.dataclass\nclass Point:\n    x: int\n\n"
+            "class Plain:\n    pass\n\n"
+            "def task_func(x):\n    logging.getLogger(__name__).info('called %s', x)\n"
+            "    try:\n        raise ValueError(x)\n    except ValueError:\n        traceback.format_exc()\n"
+            "    return Point(Pair(x, Plain()).a)\n\n"
+            "def as_dict(x):\n    return dataclasses.asdict(task_func(x))\n")
+    verdict = bench.evaluate(code, test)
+    assert verdict.status == "PASS", verdict
+
+
+@needs_data
+@needs_bwrap
+def test_emptying_the_return_value_checks_own_list_still_fails(bench: BigCodeBench, task_test: str) -> None:
+    """A program that reaches the wrapper's closure (names built at run time) and empties its list of
+    flagged values after each comparison still fails: the flag is also written into the harness's
+    version-tagged namespace."""
+    code = ("import random, sys\n\nclass Anything:\n    def __eq__(self, other):\n        _forget()\n        return True\n"
+            "    def __ne__(self, other):\n        return False\n    def __len__(self):\n        return 0\n"
+            "    def __iter__(self):\n        return iter(())\n    def __radd__(self, other):\n        return self\n"
+            "    def values(self):\n        return [self]\n\n"
+            "def _forget():\n    base = sys.modules['unit' + 'test'].TestCase\n"
+            "    cases = [c for c in getattr(base, '__sub' + 'classes__')() if c.__name__ == 'TestCases'][-1]\n"
+            "    space = getattr(cases.test_zero_length, '__glo' + 'bals__')\n"
+            "    for cell in getattr(space['task_func'], '__clo' + 'sure__'):\n"
+            "        if type(cell.cell_contents) is list:\n            cell.cell_contents.clear()\n\n"
+            "def task_func(length=100):\n    if length < 0:\n        raise ValueError(length)\n    return Anything()\n")
+    verdict = bench.evaluate(code, task_test)  # past the screen: every internal name is built at run time
+    assert verdict.status == "FAIL" and "the harness's namespace (changed, then restored)" in verdict.detail, verdict
+
+
+def test_equality_checks_of_return_values() -> None:
+    """`unittest.mock.ANY` and objects whose class the program gave a comparison are flagged, deep in
+    containers; library and builtin values are not."""
+    import fractions
+    import unittest.mock
+
+    roots = bcb_check._trusted_roots()
+    flag = lambda value: bcb_check._equals_everything(value, roots, type(unittest.mock.ANY))  # noqa: E731
+    namespace: dict = {}
+    exec(compile("class Eq:\n    def __eq__(self, other):\n        return True\n"
+                 "class Meta(type):\n    def __eq__(cls, other):\n        return True\nclass ByMeta(metaclass=Meta):\n"
+                 "    pass\nclass Plain:\n    pass\nimport functools\nclass Partial:\n"
+                 "    __eq__ = functools.partialmethod(lambda self, other, extra: True, 1)\n",
+                 bcb_check.PROGRAM_FILE, "exec"), namespace)
+    assert "mock.ANY" in flag([1, {"a": (2, unittest.mock.ANY)}])
+    assert "Eq" in flag({"k": [namespace["Eq"]()]}) and "Meta" in flag(namespace["ByMeta"]())
+    assert "Partial" in flag((namespace["Partial"](),))
+    assert flag([1, "a", (2.0, None), {3: fractions.Fraction(1, 3)}, namespace["Plain"](), {1, 2}]) == ""
+    assert flag(unittest.mock.MagicMock()) == ""  # a mock the test hands in compares by identity
+
+
+def test_a_report_without_the_nonce_is_a_forgery() -> None:
+    report = {"stage": "run", "outcomes": {"test_a": "ok"}, "tests_run": 1}
+    assert bcb_check.decide(report, ["test_a"], "exit 0", "n" * 64)["status"] == "FAIL"
+    assert bcb_check.decide({**report, "nonce": "n" * 64}, ["test_a"], "exit 0", "n" * 64)["status"] == "PASS"
+
+def test_the_checker_imports_no_module_the_report_names(tmp_path, monkeypatch) -> None:
+    """A module the report names is looked up on the interpreter's own path, never imported."""
+    import sys
+
+    (tmp_path / "plantedpkg.py").write_text("raise SystemExit('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # as if the working directory were on the path
+    report = {"nonce": "n", "stage": "solution", "error": "No module named 'plantedpkg.sub'", "module": "plantedpkg.sub"}
+    verdict = bcb_check.decide(report, ["test_a"], "exit 0", "n")
+    assert verdict["status"] == "MISSING_LIBRARY" and "plantedpkg" not in sys.modules
+    assert bcb_check.decide({**report, "module": "json"}, ["test_a"], "exit 0", "n")["status"] == "RUNTIME_ERROR"
+
