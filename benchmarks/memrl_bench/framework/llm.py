@@ -251,7 +251,8 @@ class ChatClient:
                 if attempt > self.settings.max_retries:
                     raise LLMError(
                         f"LLM request to {self.settings.base_url} failed after {attempt} attempt(s): "
-                        f"{_describe(exc)}; check the server, or raise --timeout / max_retries",
+                        f"{_describe(exc)}; check the server, or raise `timeout:` ({self.settings.timeout:g} s) or "
+                        f"`max_retries:` ({self.settings.max_retries}) in the llm: section of a --config file",
                         status_code=getattr(exc, "status_code", None),
                         attempts=attempt,
                     ) from exc
