@@ -24,6 +24,7 @@ from memrl_bench.framework.pool import episode_groups
 from memrl_bench.framework.protocol import Episode, Task
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
+from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
@@ -235,10 +236,34 @@ def bench_cmd_plain(runs_dir: Path, base_url: str) -> list[str]:
             "--workers", "0"]
 
 
-def test_limit_cuts_only_the_training_stream(server, tmp_path):
-    config = BenchConfig(benchmark=TOY, method="none", epochs=1, limit=2, eval_splits=["val"], options={"rooms": 5})
-    summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0)
-    assert summary["tasks"] == 2 and summary["episodes"] == 2 + 2 * 5  # eval before and after: all 5 rooms
+def test_limit_bounds_the_evaluation_too_unless_eval_limit_says_otherwise(server, tmp_path):
+    """--limit N plays N tasks of each evaluation split per pass (stored with the run); --eval-limit M plays M,
+    `all` every one. A run stored before this rule (limit, no eval_limit) resumes with its full splits."""
+    from dataclasses import asdict
+
+    def played(**given):
+        config = BenchConfig(benchmark=TOY, method="none", epochs=2, limit=2, eval_splits=["val"],
+                             options={"rooms": 5}, **given)
+        summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path / "runs"), workers=0)
+        stored = json.loads((Path(summary["run_dir"]) / "config.json").read_text())["config"]
+        records = [json.loads(line) for line in (Path(summary["run_dir"]) / "episodes.jsonl").read_text().splitlines()]
+        evals = [r for r in records if r["phase"] == "eval"]
+        assert {r["epoch"] for r in evals} == {0, 1, 2}  # before training and after each epoch
+        return stored["eval_limit"], sum(r["phase"] == "train" for r in records), len(evals)
+
+    assert played() == (2, 2 * 2, 2 * 3)  # three passes of 2 rooms, not of all 5
+    assert played(eval_limit=3) == (3, 2 * 2, 3 * 3)
+    assert played(eval_limit="all") == ("all", 2 * 2, 5 * 3)
+    with pytest.raises(MemrlError, match="eval_limit must be a whole number of at least 1 or `all`, got 'some'"):
+        BenchConfig(benchmark=TOY, eval_limit="some")
+
+    old_run = tmp_path / "old-run"  # written by an earlier memrl, killed right after its config.json
+    old_run.mkdir()
+    old = BenchConfig(benchmark=TOY, method="none", epochs=1, limit=2, eval_splits=["val"], options={"rooms": 5})
+    (old_run / "config.json").write_text(json.dumps({"run_id": "old", "bank": str(old_run / "bank.db"),
+                                                     "config": asdict(old)}))
+    summary = run_benchmark(old, settings(server), resume=str(old_run), workers=0)
+    assert summary["episodes"] == 2 + 5 * 2  # its evaluation as it was: every room
 
 
 def test_method_settings_are_resolved_before_any_run(tmp_path):
@@ -319,8 +344,9 @@ def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
                          threshold=0.3, options={"rooms": 3})
     run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0,
                   on_progress=lambda event, data: events.append((event, data)))
-    assert events[0] == ("start", {"total": 3 * 3 + 3 * 3, "done": 0})  # evaluations after epochs 0, 2 and 3
-    assert sum(1 for event, _ in events if event == "episode") == events[0][1]["total"]
+    start = next(data for event, data in events if event == "start")
+    assert start == {"total": 3 * 3 + 3 * 3, "done": 0}  # evaluations after epochs 0, 2 and 3
+    assert sum(1 for event, _ in events if event == "episode") == start["total"]
 
 
 def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_path, monkeypatch):
@@ -329,7 +355,7 @@ def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_
     tasks (those no earlier epoch solved) are known only once the epochs before are played; nothing after the
     last stream."""
     seen = []
-    monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(): seen.append(
+    monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(), batches=1: seen.append(
         (batch.phase, batch.epoch, [t.id for t in batch.tasks], [t.id for t in upcoming])))
     train = [Task(f"t{i}", f"task t{i}", i) for i in range(3)]
     evals = {"val": [Task(f"v{i}", f"task v{i}", i) for i in range(2)]}
