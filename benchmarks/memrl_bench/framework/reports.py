@@ -78,12 +78,11 @@ def write_comparison(summaries: list[dict[str, Any]], runs_dir: str) -> dict[str
     """`<benchmark>-comparison.{png,md,json}` in `runs_dir`: one plot (None without matplotlib), one table, every
     summary."""
     stem = Path(runs_dir) / f"{summaries[0]['benchmark'].replace(':', '_')}-comparison"
-    paths = {"plot": f"{stem}.png", "table": f"{stem}.md", "summaries": f"{stem}.json"}
-    if not plot_learning_curves(summaries, Path(paths["plot"])):
-        paths["plot"] = None
-    Path(paths["table"]).write_text(f"# {summaries[0]['benchmark']}: runtime learning\n\n" + comparison_table(summaries))
-    Path(paths["summaries"]).write_text(json.dumps(summaries, indent=2))
-    return paths
+    table, every = f"{stem}.md", f"{stem}.json"
+    plot = f"{stem}.png" if plot_learning_curves(summaries, Path(f"{stem}.png")) else None
+    Path(table).write_text(f"# {summaries[0]['benchmark']}: runtime learning\n\n" + comparison_table(summaries))
+    Path(every).write_text(json.dumps(summaries, indent=2))
+    return {"plot": plot, "table": table, "summaries": every}
 
 
 def epoch_line(summary: dict[str, Any], epoch: int) -> str:

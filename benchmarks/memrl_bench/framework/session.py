@@ -26,8 +26,7 @@ import yaml
 
 from memrl_bench.framework import registry
 from memrl_bench.framework.config import BenchConfig, check_method, parse_eval_limit
-from memrl_bench.framework.harness import run_benchmark
-from memrl_bench.framework.harness import RunInterrupted, RunStopped
+from memrl_bench.framework.harness import RunInterrupted, RunStopped, run_benchmark
 from memrl_bench.framework.reports import LiveProgress, plan_printer, progress_printer, write_comparison
 from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli import settings
