@@ -18,7 +18,7 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import metrics
-from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.config import BenchConfig, parse_eval_limit
 from memrl_bench.framework.harness import Run, run_benchmark
 from memrl_bench.framework.pool import episode_groups
 from memrl_bench.framework.protocol import Episode, Task
@@ -256,6 +256,9 @@ def test_limit_bounds_the_evaluation_too_unless_eval_limit_says_otherwise(server
     assert played(eval_limit="all") == ("all", 2 * 2, 5 * 3)
     with pytest.raises(MemrlError, match="eval_limit must be a whole number of at least 1 or `all`, got 'some'"):
         BenchConfig(benchmark=TOY, eval_limit="some")
+    assert (parse_eval_limit("4"), parse_eval_limit("all"), parse_eval_limit(None)) == (4, "all", None)
+    with pytest.raises(MemrlError, match="--eval-limit takes a number of tasks or `all`, got 'most'"):
+        parse_eval_limit("most")
 
     old_run = tmp_path / "old-run"  # written by an earlier memrl, killed right after its config.json
     old_run.mkdir()
