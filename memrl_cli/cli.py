@@ -946,13 +946,15 @@ def bench(
                                                     "comma-separate to compare."),
     epochs: Optional[int] = typer.Option(None, help="Passes over the training stream [10]."),
     batch_size: Optional[int] = typer.Option(None, help="Episodes per mini-batch (reward + memory update after each) [32]."),
-    limit: Optional[int] = typer.Option(None, help="Use a seeded sample of N training tasks, stratified by task type."),
+    limit: Optional[int] = typer.Option(None, help="Play a seeded sample of N training tasks, stratified by task "
+                                                   "type, and as many of each evaluation split (see --eval-limit)."),
     task_types: Optional[str] = typer.Option(None, help="ALFWorld: comma-separated task types (put,clean,heat,cool,examine,puttwo)."),
     max_steps: Optional[int] = typer.Option(None, help="ALFWorld: max agent steps per episode [30] (LLB: --option max_rounds=N)."),
     eval_splits: Optional[str] = typer.Option(None, "--eval", help="Held-out splits to evaluate, comma-separated "
                                                                    "(`none`: no evaluation)."),
-    eval_limit: Optional[int] = typer.Option(None, help="Use a seeded, stratified sample of N tasks of each "
-                                                        "evaluation split."),
+    eval_limit: Optional[str] = typer.Option(None, metavar="N|all",
+                                             help="Play a seeded, stratified sample of N tasks of each evaluation "
+                                                  "split; `all`: every task [--limit, else all]."),
     eval_every: Optional[int] = typer.Option(None, help="Evaluate after every N epochs (and after the last) [1]."),
     k1: Optional[int] = typer.Option(None, help="Phase A recall size [5]."),
     k2: Optional[int] = typer.Option(None, help="Phase B selection size [3]."),

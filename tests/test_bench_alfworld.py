@@ -561,6 +561,71 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
+def test_limit_3_epochs_2_is_6_training_and_9_evaluation_episodes_and_resumes_to_the_same_metrics(
+        data_root: Path, tmp_path: Path) -> None:
+    """`memrl bench alfworld --limit 3 --epochs 2` under the authors' protocol (configs/alfworld.yaml: valid_seen
+    before training and after each epoch) plays 3 training games per epoch and 3 of valid_seen's 140 games per
+    evaluation, says so in its first lines, and a run killed mid-way resumes to the same episodes and metrics."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from memrl_bench.framework.sampling import stratified_sample
+    from memrl_cli.bank import MemoryBank
+
+    listed = AlfworldBenchmark(data=str(data_root))
+    games = stratified_sample(listed.tasks("train"), 3, 0, "train") + \
+        stratified_sample(listed.tasks("valid_seen"), 3, 0, "valid_seen")  # the games --limit 3 picks
+
+    def args(runs_dir: Path) -> list[str]:
+        return [sys.executable, "-m", "memrl_cli", "bench", "alfworld", "--limit", "3", "--epochs", "2",
+                "--data", str(data_root), "--max-steps", "8", "--workers", "0", "--base-url", server.base_url,
+                "--model", "scripted", "--runs-dir", str(runs_dir), "--json"]
+
+    def played(run_dir: Path) -> list[tuple]:
+        rows = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+        return [(r["phase"], r["split"], r["epoch"], r["task_id"], r["success"], r["steps"]) for r in rows]
+
+    env = conftest.cli_env(OPENAI_API_KEY="test")
+    with ScriptedChatServer(learning_responder(games)) as server:
+        full = subprocess.run(args(tmp_path / "full"), env=env, capture_output=True, text=True, timeout=1200)
+        assert full.returncode == 0, full.stderr
+        summary = json.loads(full.stdout)
+        run_dir = Path(summary["run_dir"])
+        assert full.stderr.splitlines()[1] == (
+            f"memrl: run {run_dir}: 15 episodes: training 3 per epoch × 2 epochs = 6; evaluation 3 per pass "
+            "(3 of valid_seen's 140; --eval-limit all plays every one) × 3 passes (before training, after epochs "
+            "1, 2) = 9")
+        episodes = played(run_dir)
+        assert sum(e[0] == "train" for e in episodes) == 6 and sum(e[0] == "eval" for e in episodes) == 9
+        assert {e[3] for e in episodes if e[0] == "eval"} == {t.id for t in games[3:]}
+        assert {e[2] for e in episodes if e[0] == "eval"} == {0, 1, 2}
+        assert any(e[4] for e in episodes) and not all(e[4] for e in episodes)  # memories made some succeed
+
+        killed = subprocess.Popen(args(tmp_path / "killed"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        deadline, stopped = time.time() + 900, None
+        while time.time() < deadline and killed.poll() is None and stopped is None:
+            for bank_path in (tmp_path / "killed").glob("*/bank.db"):
+                with MemoryBank(bank_path, create=False) as bank:
+                    if runs.has_runs(bank) and bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0] >= 2:
+                        stopped = bank_path.parent
+            time.sleep(0.2)
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+        assert stopped is not None, "the run finished or never committed before it could be killed"
+        assert len(played(stopped)) < 15
+        resumed = subprocess.run(args(tmp_path / "killed") + ["--resume", str(stopped)], env=env, capture_output=True,
+                                 text=True, timeout=1200)
+        assert resumed.returncode == 0, resumed.stderr
+        again = json.loads(resumed.stdout)
+    assert played(stopped) == episodes
+    for key in ("accuracy", "csr", "forgetting", "mean_steps", "eval_accuracy", "last_epoch_accuracy", "episodes"):
+        assert again[key] == summary[key], key
+
+
+@pytest.mark.slow
 def test_bench_alfworld_runs_offline_without_an_api_key(sample_root: Path, tmp_path: Path) -> None:
     """The embedded default: no key, no base URL → the offline SmolLM2 model plays real games."""
     import importlib.util

@@ -109,3 +109,16 @@ def test_the_bank_opens_with_sqlite_utils_as_documented(tmp_path: Path) -> None:
     knn = subprocess.run(cli + [str(path), "SELECT memory_id FROM memory_index WHERE embedding MATCH '[1,0,0]' AND k = 1",
                                 "--load-extension", extension], capture_output=True, text=True, check=True)
     assert json.loads(knn.stdout) == [{"memory_id": 1}]
+
+
+def test_ci_installs_exactly_as_the_readme_says_with_a_portable_llama_cpp() -> None:
+    """The README's main-job and test commands build llama.cpp portably (a build tuned to the build machine's CPU
+    dies with SIGILL on one that refuses its instructions), and .ci/run installs as the README's test line does."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    installs = re.findall(r"^python3 -m venv \.venv && \. \.venv/bin/activate && (.+?pip install -e '[^']+')", readme,
+                          re.MULTILINE)
+    assert len(installs) == 2, installs  # the main job and the tests
+    assert all(line.startswith('CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -e') for line in installs), installs
+    ci = (root / ".ci" / "run").read_text()
+    assert installs[1].replace("pip install -e", "pip install -q -e") in ci.splitlines()

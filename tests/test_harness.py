@@ -18,12 +18,13 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework import metrics
-from memrl_bench.framework.config import BenchConfig
+from memrl_bench.framework.config import BenchConfig, parse_eval_limit
 from memrl_bench.framework.harness import Run, run_benchmark
 from memrl_bench.framework.pool import episode_groups
 from memrl_bench.framework.protocol import Episode, Task
 from memrl_cli import inspection, runs
 from memrl_cli.bank import MemoryBank
+from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
@@ -255,10 +256,37 @@ def bench_cmd_plain(runs_dir: Path, base_url: str) -> list[str]:
             "--workers", "0"]
 
 
-def test_limit_cuts_only_the_training_stream(server, tmp_path):
-    config = BenchConfig(benchmark=TOY, method="none", epochs=1, limit=2, eval_splits=["val"], options={"rooms": 5})
-    summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0)
-    assert summary["tasks"] == 2 and summary["episodes"] == 2 + 2 * 5  # eval before and after: all 5 rooms
+def test_limit_bounds_the_evaluation_too_unless_eval_limit_says_otherwise(server, tmp_path):
+    """--limit N plays N tasks of each evaluation split per pass (stored with the run); --eval-limit M plays M,
+    `all` every one. A run stored before this rule (limit, no eval_limit) resumes with its full splits."""
+    from dataclasses import asdict
+
+    def played(**given):
+        config = BenchConfig(benchmark=TOY, method="none", epochs=2, limit=2, eval_splits=["val"],
+                             options={"rooms": 5}, **given)
+        summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path / "runs"), workers=0)
+        stored = json.loads((Path(summary["run_dir"]) / "config.json").read_text())["config"]
+        records = [json.loads(line) for line in (Path(summary["run_dir"]) / "episodes.jsonl").read_text().splitlines()]
+        evals = [r for r in records if r["phase"] == "eval"]
+        assert {r["epoch"] for r in evals} == {0, 1, 2}  # before training and after each epoch
+        return stored["eval_limit"], sum(r["phase"] == "train" for r in records), len(evals)
+
+    assert played() == (2, 2 * 2, 2 * 3)  # three passes of 2 rooms, not of all 5
+    assert played(eval_limit=3) == (3, 2 * 2, 3 * 3)
+    assert played(eval_limit="all") == ("all", 2 * 2, 5 * 3)
+    with pytest.raises(MemrlError, match="eval_limit must be a whole number of at least 1 or `all`, got 'some'"):
+        BenchConfig(benchmark=TOY, eval_limit="some")
+    assert (parse_eval_limit("4"), parse_eval_limit("all"), parse_eval_limit(None)) == (4, "all", None)
+    with pytest.raises(MemrlError, match="--eval-limit takes a number of tasks or `all`, got 'most'"):
+        parse_eval_limit("most")
+
+    old_run = tmp_path / "old-run"  # written by an earlier memrl, killed right after its config.json
+    old_run.mkdir()
+    old = BenchConfig(benchmark=TOY, method="none", epochs=1, limit=2, eval_splits=["val"], options={"rooms": 5})
+    (old_run / "config.json").write_text(json.dumps({"run_id": "old", "bank": str(old_run / "bank.db"),
+                                                     "config": asdict(old)}))
+    summary = run_benchmark(old, settings(server), resume=str(old_run), workers=0)
+    assert summary["episodes"] == 2 + 5 * 2  # its evaluation as it was: every room
 
 
 def test_method_settings_are_resolved_before_any_run(tmp_path):
@@ -340,8 +368,9 @@ def test_progress_knows_the_total_number_of_episodes(server, tmp_path):
                          threshold=0.3, options={"rooms": 3})
     run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0,
                   on_progress=lambda event, data: events.append((event, data)))
-    assert events[0] == ("start", {"total": 3 * 3 + 3 * 3, "done": 0})  # evaluations after epochs 0, 2 and 3
-    assert sum(1 for event, _ in events if event == "episode") == events[0][1]["total"]
+    start = next(data for event, data in events if event == "start")
+    assert start == {"total": 3 * 3 + 3 * 3, "done": 0}  # evaluations after epochs 0, 2 and 3
+    assert sum(1 for event, _ in events if event == "episode") == start["total"]
 
 
 def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_path, monkeypatch):
@@ -350,7 +379,7 @@ def test_the_last_batch_of_a_stream_has_the_next_streams_first_games_loaded(tmp_
     tasks (those no earlier epoch solved) are known only once the epochs before are played; nothing after the
     last stream."""
     seen = []
-    monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(): seen.append(
+    monkeypatch.setattr(Run, "play_batch", lambda self, pool, batch, upcoming=(), batches=1: seen.append(
         (batch.phase, batch.epoch, [t.id for t in batch.tasks], [t.id for t in upcoming])))
     train = [Task(f"t{i}", f"task t{i}", i) for i in range(3)]
     evals = {"val": [Task(f"v{i}", f"task v{i}", i) for i in range(2)]}
@@ -413,3 +442,100 @@ def test_pinned_processes_load_ahead_into_a_larger_batch_after_a_short_one(serve
     ahead = [(e["task_id"], e["steps"] == 2) for e in episodes]
     assert ahead == [("val0", False), ("train0", True), ("train1", True), ("train2", True), ("val0", True),
                      ("train0", True), ("train1", True), ("train2", True), ("val0", True)]
+
+
+def test_the_plot_marks_whole_epochs_only():
+    pytest.importorskip("matplotlib", reason="the plots extra is not installed: pip install 'memrl[plots]'")
+    from memrl_bench.framework.reports import learning_curve_figure
+
+    summary = {"benchmark": "toy", "method": "memrl", "accuracy": {1: 0.2, 2: 0.5}, "csr": {1: 0.2, 2: 0.6}}
+    figure = learning_curve_figure([summary])
+    figure.canvas.draw()
+    axis = figure.axes[0]
+    shown = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
+    assert shown and all(float(t).is_integer() for t in shown), shown  # 1, 2: not 1.0, 1.2, 1.4, ...
+
+
+def test_a_run_says_what_it_plays_and_where_it_is_before_each_batch(server, tmp_path):
+    """The plan (episodes per phase) comes before the first episode; every batch is announced with its phase."""
+    from memrl_bench.framework.reports import batch_status, plan_line
+
+    events = []
+    config = BenchConfig(benchmark=TOY, epochs=2, batch_size=2, limit=3, eval_splits=["val"], threshold=0.3,
+                         options={"rooms": 5})
+    summary = run_benchmark(config, settings(server), runs_dir=str(tmp_path), workers=0,
+                            on_progress=lambda event, data: events.append((event, data)))
+    kinds = [event for event, _ in events]
+    assert kinds[0] == "status" and kinds.index("plan") < kinds.index("start") < kinds.index("episode")
+    plan = events[kinds.index("plan")][1]
+    assert plan_line(plan) == (f"run {summary['run_dir']}: 15 episodes: training 3 per epoch × 2 epochs = 6; "
+                               "evaluation 3 per pass (3 of val's 5; --eval-limit all plays every one) × 3 passes "
+                               "(before training, after epochs 1, 2) = 9")
+    announced = [batch_status(data, "toy") for event, data in events if event == "batch"]
+    assert announced[:3] == [("eval val before training, batch 1/2", "playing 2 episodes"),
+                             ("eval val before training, batch 2/2", "playing 1 episode"),
+                             ("train epoch 1/2, batch 1/2", "playing 2 episodes")]
+    assert len(announced) == 2 * 3 + 2 * 2 and kinds[kinds.index("episode") - 1] == "batch"
+
+
+def test_the_end_line_names_the_run_directory_and_the_plot(server, tmp_path):
+    done = subprocess.run([c for c in bench_cmd(server, tmp_path, "--epochs", "1", "--option", "rooms=2") if c != "--json"],
+                          env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run_dir = next(tmp_path.glob("*/config.json")).parent
+    if PLOTS:
+        assert done.stdout.splitlines()[-1] == f"done: run directory {run_dir}; plot {run_dir / 'learning_curve.png'}"
+    else:
+        assert done.stdout.splitlines()[-1] == f"done: run directory {run_dir}; no plot (pip install 'memrl[plots]')"
+
+
+def run_on_a_terminal(args: list[str], timeout: float = 300) -> tuple[int, str]:
+    """Run `args` with stderr on a pseudo-terminal (as in a shell); return the exit code and everything it drew
+    there, escape sequences removed and each redraw on a line of its own."""
+    import pty
+    import re
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, env=cli_env() | {"COLUMNS": "200", "TERM": "xterm"}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    drawn = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process is gone
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    proc.communicate(timeout=60)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn.decode(errors="replace"))
+    return proc.returncode, "\n".join(line.strip() for line in re.split(r"[\r\n]", text) if line.strip())
+
+
+@pytest.mark.slow
+def test_progress_shows_totals_and_the_phase_from_the_start(server, tmp_path):
+    """On a terminal the bar says what happens from its first frame, shows the total as soon as the run knows
+    it, never `0/?`, and names the phase and batch of the episodes in play."""
+    code, drawn = run_on_a_terminal([c for c in bench_cmd(server, tmp_path, "--epochs", "2", "--limit", "3", "--eval",
+                                                          "val", "--option", "rooms=5", "--option", "delay=0.2")
+                                     if c != "--json"])
+    assert code == 0, drawn
+    lines = drawn.splitlines()
+    assert lines[0].startswith("memrl: bank: ")
+    label = f"{TOY}/memrl"
+    assert lines[1].startswith(f"{label}: "), lines[1]  # the first frame already says what happens
+    assert "/?" not in drawn and "0/?" not in drawn
+    plan = next(i for i, line in enumerate(lines) if line.startswith("memrl: run "))
+    assert all("episodes" not in line for line in lines[:plan])  # no count before the run knows its total
+    assert "0/15 episodes" in drawn and "15/15 episodes" in drawn
+    for phase in ("eval val before training, batch 1/2", "train epoch 1/2, batch 1/2", "train epoch 2/2, batch 2/2",
+                  "eval val after epoch 2, batch 2/2"):
+        assert f"{label} · {phase}" in drawn, phase

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import pickle
 import socket
@@ -106,6 +107,9 @@ def test_gives_up_after_max_retries():
         assert caught.value.status_code == 502
         assert server.base_url in str(caught.value)
         assert client.usage["calls"] == 0
+        # the settings to raise, where they are set (no command has a --timeout flag)
+        assert "raise `timeout:` (60 s) or `max_retries:` (2) in the llm: section of a --config file" in str(caught.value)
+        assert "--timeout" not in str(caught.value)
 
 
 def test_client_error_is_not_retried():
@@ -307,6 +311,24 @@ def test_local_server_that_exits_reports_its_output(tmp_path: Path):
     broken.chmod(0o755)
     with pytest.raises(MemrlError, match="exited with code 3.*cannot load model"):
         local_llm.LocalModelServer(python=str(broken)).start()
+
+
+@needs_local_model
+def test_local_server_killed_by_a_signal_names_it_shows_its_log_and_the_fix(tmp_path: Path):
+    """A llama.cpp built for another CPU dies with SIGILL (`invalid opcode`): say so, with its log and the fix."""
+    illegal = tmp_path / "illegal-python"
+    illegal.write_text("#!/bin/sh\necho 'llama_model_loader: loaded meta data'\necho '   AMX_INT8 = 1  '\n"
+                       "kill -ILL $$\n")
+    illegal.chmod(0o755)
+    server = local_llm.LocalModelServer(python=str(illegal))
+    with pytest.raises(MemrlError) as died:
+        server.start()
+    message = str(died.value)
+    assert message.startswith("the local model server (llama-cpp-python) died with SIGILL (illegal instruction) "
+                              "before answering; its log ends: llama_model_loader: loaded meta data | AMX_INT8 = 1; ")
+    assert message.endswith("reinstall it portably: CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install --force-reinstall "
+                            f"--no-deps --no-cache-dir 'llama-cpp-python=={importlib.metadata.version('llama-cpp-python')}'")
+    assert "\n" not in message and not server.running
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ process of that session may remain (an orphan adopted by PID 1 keeps its session
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -116,3 +117,81 @@ def test_sigterm_to_the_local_model_launcher_stops_its_server() -> None:
     assert any("llama_cpp.server" in p for p in session_processes(proc.pid))
     terminate_and_check(proc)
     assert proc.returncode == 0
+
+
+def committed_batches(runs: Path) -> int:
+    """Mini-batches committed so far by the one run under `runs` (0 before its bank exists)."""
+    found = list(runs.glob("*/bank.db"))
+    if not found:
+        return 0
+    try:
+        with MemoryBank(found[0], create=False) as bank:
+            return bank.conn.execute("SELECT count(*) FROM run_batches").fetchone()[0]
+    except Exception:  # noqa: BLE001 - not yet a bank
+        return 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_names_the_run_directory_and_the_command_that_resumes_it(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal (SIGINT to the whole process group) stops the run and prints the resume command,
+    which then finishes the run."""
+    toy = "benchmarks.testing.toy_benchmark:Passcodes"
+    with ScriptedChatServer(responder) as server:
+        args = ["bench", toy, "--epochs", "4", "--batch-size", "2", "--option", "rooms=4", "--option", "delay=0.2",
+                "--runs-dir", str(tmp_path), "--workers", "1", "--base-url", server.base_url, "--model", "scripted"]
+        proc = subprocess.Popen([sys.executable, "-m", "memrl_cli", *args], cwd=REPO, env=conftest.cli_env(),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        wait_for(lambda: committed_batches(tmp_path) >= 2, 120, "two committed mini-batches")
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        assert proc.returncode == 130, stderr
+        run_dir = next(tmp_path.glob("*/config.json")).parent
+        committed = committed_batches(tmp_path)
+        assert 2 <= committed < 8, committed  # really stopped mid-run
+        command = (f"memrl bench {toy} --resume {run_dir} --model scripted --base-url {server.base_url}")
+        assert stderr.splitlines()[-2:] == [
+            f"memrl: run directory {run_dir} keeps its {committed} committed batch(es); continue with: {command}",
+            "memrl: interrupted"], stderr
+        resumed = subprocess.run([sys.executable, "-m", "memrl_cli", *command.split()[1:], "--json"], cwd=REPO,
+                                 env=conftest.cli_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["run_dir"] == str(run_dir) and summary["episodes"] == 4 * 4
+
+
+@pytest.mark.slow
+def test_a_dying_local_model_is_one_line_with_its_signal_log_and_fix(tmp_path: Path) -> None:
+    """The offline model's server dies mid-run by SIGILL (what a llama.cpp built for another CPU does on its first
+    request): one error line names the signal, ends of its log, the portable reinstall and the resume command."""
+    _offline_model_or_skip()
+    proc = bench(tmp_path, "--workers", "1", "--local-llm")
+
+    def server_pid() -> int | None:
+        return next((int(p.split(":")[0]) for p in session_processes(proc.pid) if "llama_cpp.server" in p), None)
+
+    wait_for(lambda: committed_batches(tmp_path) >= 1, 300, "a committed mini-batch against the local model")
+    pid = server_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGILL)
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 1, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("memrl: error:")]
+    assert len(errors) == 1 and errors[0] == stderr.splitlines()[-1], stderr
+    line = errors[0]
+    run_dir = next(tmp_path.glob("*/config.json")).parent
+    assert line.startswith("memrl: error: the local model server (llama-cpp-python) died with SIGILL "
+                           "(illegal instruction); its log ends: "), line
+    assert 'reinstall it portably: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall' in line
+    assert line.endswith(f"continue with: memrl bench benchmarks.testing.toy_benchmark:Passcodes --resume {run_dir} "
+                         "--local-llm")
+    assert "--timeout" not in line and "connection" not in line.lower()
+    assert "POST /v1/chat/completions" in line  # the server's own log

