@@ -128,9 +128,9 @@ def test_reflexion_uses_only_the_task_s_own_recent_reflections(tmp_path: Path):
     train = [r for r in records if r["phase"] == "train"]
     assert all(r["memory_ids"] for r in train if r["epoch"] > 1)  # every retry sees its reflections
     room1 = sorted(m for m, t in task_of.items() if t == "train/room1")
-    assert len(room1) == 4  # four failed trials with different guesses...
+    assert len(room1) == 5  # every failed trial is a memory (the paper; the `dedup` switch would keep repeats once)...
     last = next(r for r in train if r["task_id"] == "train/room1" and r["epoch"] == 5)
-    assert last["memory_ids"] == room1[::-1][:REFLEXION_WINDOW]  # ...of which the newest few are used
+    assert last["memory_ids"] == room1[:4][::-1][:REFLEXION_WINDOW]  # ...of which the newest few before it are used
     for r in records:
         assert all(task_of[m] == r["task_id"] for m in r["memory_ids"]) and len(r["memory_ids"]) <= REFLEXION_WINDOW
         assert (r["new_memory_id"] is None) == (r["success"] or r["phase"] == "eval")

@@ -229,6 +229,6 @@ def test_the_documented_benchmark_is_one_module_plus_one_entry_point(tmp_path, m
         summary = run_benchmark(config, settings(sums_server), runs_dir=str(tmp_path / "runs"), workers=0)
     assert summary["accuracy"] == {1: 1.0, 2: 1.0}
     with MemoryBank(summary["bank"], create=False) as bank:
-        # one memory per task: epoch 2 replays epoch 1's episodes, and an exact duplicate shares its memory
-        assert bank.conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 4
+        # one memory per episode (the paper): epoch 2 replays epoch 1's episodes, each a memory of its own
+        assert bank.conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 8
     assert sys.modules[target.split(":")[0]].__file__ == str(tmp_path / "my_bench.py")
