@@ -192,6 +192,9 @@ ATTACKS: tuple[Attack, ...] = (
                 "CREATE FUNCTION nap() RETURNS INT NOT DETERMINISTIC NO SQL RETURN SLEEP(60)",
                 "CREATE DEFINER = CURRENT_USER SQL SECURITY DEFINER VIEW `@TABLE@` AS "
                 "SELECT k.* FROM `@TABLE@_kept` k WHERE nap() = 0"), seconds=20),
+    Attack("db-prepared-xa-transaction", "llb-db",
+           "prepares an XA transaction, which outlives its session holding the table's locks",
+           _sql("XA START 'forge'", "DELETE FROM `@TABLE@`", "XA END 'forge'", "XA PREPARE 'forge'"), seconds=20),
     Attack("db-huge-result", "llb-db", "a query returning 100 MB, to flood the prompt and the bank",
            _sql("WITH RECURSIVE r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 100) "
                 "SELECT REPEAT('x', 1048576) FROM r")),
@@ -398,6 +401,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         replies.append(reply)
     before = arena.state()
     victim_before = victim.table_md5() if victim else None
+    databases_before = _episode_databases(bench) if bench.name == "llb-db" else set()
     started = time.monotonic()
     try:
         script.load(tuple(replies))
@@ -410,12 +414,13 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         reasons.append(f"the episode took {seconds:.0f} s (at most {attack.seconds:g} s)")
     if len(episode.trajectory.encode("utf-8", errors="surrogatepass")) > MAX_TRAJECTORY_BYTES:
         reasons.append(f"the episode's trajectory (its memory) holds {len(episode.trajectory)} characters")
-    if bench.name == "llb-db" and "database" in episode.info:
-        from memrl_bench.adapters.llb_db_episode_database import server_leftovers
-
-        left = server_leftovers(bench.address(), episode.info["database"])  # type: ignore[attr-defined]
-        if any(left.values()):
-            reasons.append(f"the server still holds the episode's {left}")
+    if bench.name == "llb-db":
+        names = [episode.info["database"]] if "database" in episode.info else sorted(
+            _episode_databases(bench) - databases_before)  # an adapter that does not say: what appeared
+        for name in names:
+            left = episode_leftovers(bench, name)
+            if any(left.values()):
+                reasons.append(f"the server still holds the episode's {left}")
     if episode.success:
         reasons.append(f"the attack scored a success ({episode.status})")
     if episode.env_error and not attack.env_error_is_honest:
@@ -430,6 +435,37 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         if left:
             reasons.append(f"containers left behind: {left}")
     return Outcome(attack.name, attack.benchmark, episode.status, not reasons, "; ".join(reasons))
+
+
+def _episode_databases(bench: Benchmark) -> set[str]:
+    """The LLB-DB episode databases (`llb_…`) on `bench`'s server now."""
+    admin = bench.address().connect()  # type: ignore[attr-defined]
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE 'llb\\_%'")
+            return {row[0] for row in cursor.fetchall()}
+    finally:
+        admin.close()
+
+
+def episode_leftovers(bench: Benchmark, name: str) -> dict[str, list[Any]]:
+    """What `bench`'s LLB-DB server still holds of the episode whose database is `name`: the
+    database, its two users (`llba_`/`llbg_` and the database's token) and their sessions, read
+    here as the admin, independently of the adapter."""
+    token = name.removeprefix("llb_")[:24]
+    users = (f"llba_{token}", f"llbg_{token}")
+    admin = bench.address().connect()  # type: ignore[attr-defined]
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE %s", (name.replace("_", "\\_"),))
+            databases = [row[0] for row in cursor.fetchall()]
+            cursor.execute("SELECT user FROM mysql.user WHERE user IN (%s, %s)", users)
+            found = [row[0] for row in cursor.fetchall()]
+            cursor.execute("SELECT id, user, info FROM information_schema.processlist WHERE user IN (%s, %s)", users)
+            sessions = [list(row) for row in cursor.fetchall()]
+    finally:
+        admin.close()
+    return {"databases": databases, "users": found, "sessions": sessions}
 
 
 def preload_library() -> str:

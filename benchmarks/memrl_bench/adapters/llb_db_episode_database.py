@@ -6,7 +6,8 @@ table's hash as a grader user who may only SELECT, and drops the database and bo
 
 Grading is bounded and leaves nothing behind: before the grader reads, every session of the
 agent's user is killed (its locks go with it); the grader waits at most `GRADER_TIMEOUT`
-seconds for a lock and for its statement; a view in place of the graded table is refused.
+seconds for a lock and for its statement; a view in place of the graded table is refused; the
+agent's SQL may not open an XA transaction (a prepared one outlives every session).
 `drop` kills every session of both users before dropping, and `leftovers` lists what of the
 episode the server still holds (databases, users, sessions).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import secrets
 import time
 import uuid
@@ -29,6 +31,9 @@ from memrl_bench.framework.observation_cap import cap
 STATEMENT_TIMEOUT = 30  # seconds a MariaDB statement may run (max_statement_time)
 GRADER_TIMEOUT = 5  # seconds the grader waits for a lock, and its statement may run
 ADMIN_LOCK_TIMEOUT = 10  # seconds the admin's DROP waits for a lock
+# A prepared XA transaction outlives its session and would hold the episode's locks (and block its
+# DROP) for good: the agent's SQL may not use XA (no DBBench task does).
+_XA = re.compile(r"\bXA\b", re.IGNORECASE)
 _CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's (connection lost...): the environment's
 
 
@@ -109,8 +114,8 @@ class EpisodeDatabase:
 
         On MariaDB each statement first goes through `mysql8_compat.as_mysql8`. Rows appear as a
         Python list of tuples; a statement without rows gives "[]", as LLB's prompt promises
-        (LLB itself sends an empty message); a failure gives the error code and message. The
-        text is capped (`observation_cap.cap`, 16 KiB, the cut marked).
+        (LLB itself sends an empty message); a failure gives the error code and message; a
+        statement naming XA is refused (1235) before it reaches the server. The text is capped (`observation_cap.cap`, 16 KiB, the cut marked).
         Raises `pymysql.OperationalError` only when the server cannot be reached again.
         """
         self._reconnect_if_lost()
@@ -121,6 +126,8 @@ class EpisodeDatabase:
                 for statement in (part.strip() for part in sql.split(";")):
                     if not statement:
                         continue
+                    if _XA.search(statement):
+                        raise pymysql.err.NotSupportedError(1235, "XA transactions are not supported here")
                     cursor.execute(mysql8_compat.as_mysql8(statement) if self._mariadb else statement)
                     result = str(list(cursor.fetchall())) if cursor.description is not None else "[]"
                     self._connection.commit()
