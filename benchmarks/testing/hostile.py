@@ -418,9 +418,9 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         names = [episode.info["database"]] if "database" in episode.info else sorted(
             _episode_databases(bench) - databases_before)  # an adapter that does not say: what appeared
         for name in names:
-            left = episode_leftovers(bench, name)
-            if any(left.values()):
-                reasons.append(f"the server still holds the episode's {left}")
+            held = episode_leftovers(bench, name)
+            if any(held.values()):
+                reasons.append(f"the server still holds the episode's {held}")
     if episode.success:
         reasons.append(f"the attack scored a success ({episode.status})")
     if episode.env_error and not attack.env_error_is_honest:
