@@ -401,7 +401,11 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         replies.append(reply)
     before = arena.state()
     victim_before = victim.table_md5() if victim else None
-    databases_before = _episode_databases(bench) if bench.name == "llb-db" else set()
+    databases_before: set[str] = set()
+    if bench.name == "llb-db":
+        from memrl_bench.adapters.llb_db_episode_database import episode_databases
+
+        databases_before = episode_databases(bench.address())  # type: ignore[attr-defined]
     started = time.monotonic()
     try:
         script.load(tuple(replies))
@@ -415,10 +419,12 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     if len(episode.trajectory.encode("utf-8", errors="surrogatepass")) > MAX_TRAJECTORY_BYTES:
         reasons.append(f"the episode's trajectory (its memory) holds {len(episode.trajectory)} characters")
     if bench.name == "llb-db":
+        from memrl_bench.adapters.llb_db_episode_database import episode_databases, server_leftovers
+
         names = [episode.info["database"]] if "database" in episode.info else sorted(
-            _episode_databases(bench) - databases_before)  # an adapter that does not say: what appeared
-        for name in names:
-            held = episode_leftovers(bench, name)
+            episode_databases(bench.address()) - databases_before)  # type: ignore[attr-defined]
+        for name in names:  # the episode's, or (an adapter that does not say) those that appeared
+            held = server_leftovers(bench.address(), name)  # type: ignore[attr-defined]
             if any(held.values()):
                 reasons.append(f"the server still holds the episode's {held}")
     if episode.success:
@@ -435,37 +441,6 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         if left:
             reasons.append(f"containers left behind: {left}")
     return Outcome(attack.name, attack.benchmark, episode.status, not reasons, "; ".join(reasons))
-
-
-def _episode_databases(bench: Benchmark) -> set[str]:
-    """The LLB-DB episode databases (`llb_…`) on `bench`'s server now."""
-    admin = bench.address().connect()  # type: ignore[attr-defined]
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute("SHOW DATABASES LIKE 'llb\\_%'")
-            return {row[0] for row in cursor.fetchall()}
-    finally:
-        admin.close()
-
-
-def episode_leftovers(bench: Benchmark, name: str) -> dict[str, list[Any]]:
-    """What `bench`'s LLB-DB server still holds of the episode whose database is `name`: the
-    database, its two users (`llba_`/`llbg_` and the database's token) and their sessions, read
-    here as the admin, independently of the adapter."""
-    token = name.removeprefix("llb_")[:24]
-    users = (f"llba_{token}", f"llbg_{token}")
-    admin = bench.address().connect()  # type: ignore[attr-defined]
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute("SHOW DATABASES LIKE %s", (name.replace("_", "\\_"),))
-            databases = [row[0] for row in cursor.fetchall()]
-            cursor.execute("SELECT user FROM mysql.user WHERE user IN (%s, %s)", users)
-            found = [row[0] for row in cursor.fetchall()]
-            cursor.execute("SELECT id, user, info FROM information_schema.processlist WHERE user IN (%s, %s)", users)
-            sessions = [list(row) for row in cursor.fetchall()]
-    finally:
-        admin.close()
-    return {"databases": databases, "users": found, "sessions": sessions}
 
 
 def preload_library() -> str:

@@ -248,3 +248,14 @@ def server_leftovers(address: mysql_address.ServerAddress, name: str) -> dict[st
     finally:
         admin.close()
     return {"databases": databases, "users": found, "sessions": sessions}
+
+
+def episode_databases(address: mysql_address.ServerAddress) -> set[str]:
+    """The names of the episode databases (`llb_…`) on the server at `address` now."""
+    admin = address.connect(timeout=STATEMENT_TIMEOUT + 30)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE 'llb\\_%'")
+            return {row[0] for row in cursor.fetchall()}
+    finally:
+        admin.close()
