@@ -115,7 +115,8 @@ class EpisodeDatabase:
         On MariaDB each statement first goes through `mysql8_compat.as_mysql8`. Rows appear as a
         Python list of tuples; a statement without rows gives "[]", as LLB's prompt promises
         (LLB itself sends an empty message); a failure gives the error code and message; a
-        statement naming XA is refused (1235) before it reaches the server. The text is capped (`observation_cap.cap`, 16 KiB, the cut marked).
+        statement naming XA is refused (1235) before it reaches the server. The text is capped
+        (`observation_cap.cap`, 16 KiB, the cut marked).
         Raises `pymysql.OperationalError` only when the server cannot be reached again.
         """
         self._reconnect_if_lost()

@@ -50,7 +50,9 @@ _PRISTINE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # /usr/bin/some_script, which its check then runs); a program the rootfs has is always its own.
 _AGENT_PROGRAMS = ("bin", "sbin")
 PRISTINE = "/dev/.memrl-pristine"  # the rootfs, bound read-only by BwrapSandbox
-_VIEW_MOUNT = "mnt"  # the view's root: a tmpfs on PRISTINE/mnt (read-only, out of the agent's reach)
+# The view's root: a tmpfs on the first of these directories of PRISTINE (read-only, out of the
+# agent's reach; none of them is a source of the view).
+_VIEW_MOUNTS = ("mnt", "media", "srv", "tmp")
 # In /etc, what the dynamic loader and the interpreters read at start: the view shows the
 # pristine rootfs's (or nothing where it has none), never the agent's (see _loader_etc).
 LOADER_ETC = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "perl", "vim", "zsh")
@@ -139,8 +141,12 @@ def _trusted_view(libc: ctypes.CDLL) -> None:
     # The view's root: a tmpfs on a directory of the read-only PRISTINE (the agent can neither
     # replace it nor plant a link on its path), entered at once; from here on every mount point
     # is named relative to it, in directories no process of the agent can reach.
-    _mount(libc, "tmpfs", f"{source}/{_VIEW_MOUNT}", "tmpfs", 0, "mode=0755")
-    os.chdir(f"{source}/{_VIEW_MOUNT}")
+    mount_point = next((f"{source}/{name}" for name in _VIEW_MOUNTS
+                        if os.path.isdir(f"{source}/{name}") and not os.path.islink(f"{source}/{name}")), None)
+    if mount_point is None:
+        raise OSError(0, f"the pristine image has none of {', '.join(_VIEW_MOUNTS)} to build the view on")
+    _mount(libc, "tmpfs", mount_point, "tmpfs", 0, "mode=0755")
+    os.chdir(mount_point)
     if os.stat(".").st_dev == os.stat(source).st_dev:
         raise OSError(0, "the view's tmpfs is not where it was mounted")
     for entry in _PRISTINE_LINKS:
