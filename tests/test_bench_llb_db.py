@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator
@@ -29,6 +30,7 @@ from memrl_bench.adapters.llb_db import SPLIT_FILES, LLBDatabase
 from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase, create_table_sql
 from memrl_bench.adapters.llb_db_grading import direct_answer_matches
 from memrl_bench.adapters.llb_db_prompt import DB_OUTPUT_FORMAT, instruction_text, parse_action
+from memrl_bench.framework.observation_cap import MAX_OBSERVATION_BYTES
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
@@ -408,3 +410,87 @@ def test_grader_reads_the_table_not_the_agents_session(adapter: LLBDatabase) -> 
         assert database.table_md5() == honest  # the grader reads the real table
     finally:
         database.drop()
+
+
+def _sleeping_view(table: str) -> list[str]:
+    """SQL putting a definer view that sleeps (through a function of the agent's) in place of `table`."""
+    return [f"RENAME TABLE `{table}` TO `{table}_kept`",
+            "CREATE FUNCTION nap() RETURNS INT NOT DETERMINISTIC NO SQL RETURN SLEEP(60)",
+            f"CREATE DEFINER = CURRENT_USER SQL SECURITY DEFINER VIEW `{table}` AS "
+            f"SELECT k.* FROM `{table}_kept` k WHERE nap() = 0"]
+
+
+def test_grading_is_bounded_and_leaves_nothing_behind(adapter: LLBDatabase) -> None:
+    """An agent holding a table lock, leaving a sleeping definer view in place of the graded table, or
+    preparing an XA transaction: graded in seconds (the table as it is, the view refused, XA refused),
+    and once dropped the server holds no database, user or session of the episode."""
+    write = _sample_tasks(adapter, "md5", 1)[0]
+    table = write.payload["table_info"]["name"]
+    attacks = {"lock": [f"LOCK TABLES `{table}` WRITE"], "view": _sleeping_view(table),
+               "prepared XA": ["XA START 'forge'", f"DELETE FROM `{table}`", "XA END 'forge'", "XA PREPARE 'forge'"]}
+    for name, statements in attacks.items():
+        database = EpisodeDatabase(adapter.address(), write.payload["table_info"])
+        try:
+            results = [database.execute(sql) for sql in statements]
+            if name == "prepared XA":  # it would outlive the session, holding the table's locks: refused
+                assert results[0] == results[2] == results[3] == "1235: XA transactions are not supported here"
+            else:
+                assert results == ["[]"] * len(statements), name
+            started = time.monotonic()
+            graded = database.table_md5()
+            assert time.monotonic() - started < 10, name
+            assert graded != write.payload["answer_info"]["md5"], name
+            if name == "view":
+                assert graded == f"refused: `{table}` is a VIEW, not a table"
+            elif name == "lock":  # the table as the agent left it, its lock gone with its session
+                assert len(graded) == 32, graded
+            else:  # the DELETE ran as a plain statement, committed: the table is empty
+                assert graded == "None"
+        finally:
+            database.drop()
+        assert database.leftovers() == {"databases": [], "users": [], "sessions": []}, name
+
+
+def test_observations_are_capped(adapter: LLBDatabase) -> None:
+    """A 100 MB result reaches the agent as 16 KiB, the cut marked."""
+    write = _sample_tasks(adapter, "md5", 1)[0]
+    database = EpisodeDatabase(adapter.address(), write.payload["table_info"])
+    try:
+        result = database.execute(_FLOOD)
+    finally:
+        database.drop()
+    assert len(result.encode()) < MAX_OBSERVATION_BYTES + 100
+    total = len(str([("x" * 2**20,)] * 100))
+    assert result.startswith("[('xxxx") and result.endswith(f"…[cut: {total} bytes, kept {MAX_OBSERVATION_BYTES}]")
+
+
+_FLOOD = ("WITH RECURSIVE r (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 100) "
+          "SELECT REPEAT('x', 1048576) FROM r")  # 100 rows of 1 MiB
+
+
+@pytest.mark.slow
+def test_a_huge_query_result_stays_out_of_the_bank(tmp_path: Path) -> None:
+    """Through the harness: two episodes whose agent reads 100 MB each leave a bank under 10 MB."""
+    from benchmarks.testing.chat_server import distilling
+
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
+
+    _require_mariadb()
+    if not (DATA / "db_train.json").is_file():
+        bench_data.unavailable("llb", DATA)
+
+    def flood(request: dict) -> str:
+        if len(request["messages"]) == 4:
+            return f"Action: Operation\n```sql\n{_FLOOD}\n```"
+        return "Action: Answer\nFinal Answer: []"
+
+    with ScriptedChatServer(distilling(flood)) as server:
+        config = BenchConfig(benchmark="llb-db", epochs=1, batch_size=2, limit=2, data=str(DATA),
+                             options={"server": "mariadb"})
+        summary = run_benchmark(config, LLMSettings(model="scripted", base_url=server.base_url, api_key="test"),
+                                runs_dir=str(tmp_path), workers=1)
+    bank = Path(summary["bank"])
+    size = sum(path.stat().st_size for path in bank.parent.glob(bank.name + "*"))
+    assert summary["accuracy"] == {1: 0.0}
+    assert size < 10 * 2**20, size

@@ -27,7 +27,7 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import (LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
+from test_bench_llb_os import (LIMITED, assert_the_check_ignores_planted_links, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
 from memrl_bench.environments import docker_images, mysql8_compat, mysql_server
@@ -234,6 +234,17 @@ def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> Non
         assert sandbox.run("test -f /srv/agent/made && ls /dev/.memrl-pristine | wc -l", trusted=True).output == "0\n"
         assert sandbox.run("cat /proc/self/status | grep CapEff", trusted=True).output.split()[1] == "00000000a00425fb"
         assert sandbox.run("touch /usr/bin/x", trusted=True).exit_code == 1  # read-only: the image's files
+    finally:
+        sandbox.close()
+    assert sandbox.id not in _containers(client)
+
+
+def test_the_check_never_follows_the_agents_links(client: Any) -> None:
+    """Links planted on the loader's and the interpreters' start-up files never reach the check (Docker)."""
+    sandbox = SandboxFactory(backend="docker", timeout=20).create()
+    try:
+        assert sandbox.untrusted_check is None
+        assert_the_check_ignores_planted_links(sandbox)
     finally:
         sandbox.close()
     assert sandbox.id not in _containers(client)

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 import pytest
 import bench_data  # noqa: E402
+from benchmarks.testing import hostile
 from benchmarks.testing.chat_server import ScriptedChatServer
 
 from memrl_bench.adapters import llb_common
@@ -36,9 +37,10 @@ from memrl_bench.adapters.llb_os import (
     parse_action,
 )
 from memrl_bench.environments.os_bwrap import BwrapSandbox
-from memrl_bench.environments.os_machine import CommandResult
+from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, CommandResult, Sandbox
 from memrl_bench.environments.os_rootfs import ensure_rootfs
 from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.framework.observation_cap import MAX_OBSERVATION_BYTES
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
@@ -127,6 +129,10 @@ def test_observation_is_llb_text_and_truncated() -> None:
     assert long.endswith("[truncated because the output is too long]") and long.count("x") == 80
     unlimited = LLBOperatingSystem(data=str(DATA), max_output_chars=0)
     assert unlimited.observation(CommandResult(0, "x" * 5000, False)).count("x") == 5000
+    # Even uncut, an observation is capped (a script's captured output may reach 1 MiB), the cut marked.
+    flood = unlimited.observation(CommandResult(0, "y" * MAX_CAPTURED_BYTES, False))
+    assert flood.partition("…")[0].count("y") == MAX_OBSERVATION_BYTES
+    assert flood.endswith(f"…[cut: {MAX_CAPTURED_BYTES} bytes, kept {MAX_OBSERVATION_BYTES}]")
 
 
 # --------------------------------------------------------------------------- sandbox (bwrap)
@@ -170,6 +176,60 @@ def fingerprint(root: Path) -> str:
             stat = os.lstat(os.path.join(directory, name))
             digest.update(f"{directory}/{name} {stat.st_mode} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+# What the agent plants for the check: the loader's files (/etc/ld.so.preload naming a library
+# whose constructor exits 0, /etc/ld.so.cache, ld.so.conf.d) as links to its own files, the
+# alternatives behind the pristine /usr/bin/awk & co., Python's start-up files (sitecustomize,
+# usercustomize, .pth in every site directory, a module in the working directory) and zsh's.
+PLANTED_LINKS = r"""
+set -e
+printf '#!/bin/sh\nexit 0\n' > /tmp/.ok; chmod +x /tmp/.ok
+for link in /etc/alternatives/*; do ln -sfn /tmp/.ok "$link"; done
+for dir in /etc/python3.11 /usr/local/lib/python3.11/dist-packages /root/.local/lib/python3.11/site-packages; do
+  mkdir -p $dir; echo 'import os; os._exit(0)' > $dir/sitecustomize.py
+  cp $dir/sitecustomize.py $dir/usercustomize.py; echo 'import os; os._exit(0)' > $dir/forge.pth
+done
+echo 'import os; os._exit(0)' > /json.py
+echo 'exit 0' > /tmp/.zshenv; ln -sf /tmp/.zshenv /etc/zsh/zshenv
+echo /tmp > /tmp/.conf; ln -sf /tmp/.conf /etc/ld.so.conf.d/forge.conf
+cp /tmp/.ok /tmp/.cache; ln -sf /tmp/.cache /etc/ld.so.cache
+echo "$1" | base64 -d > /tmp/.forge.so; echo /tmp/.forge.so > /tmp/.preload
+ln -sf /tmp/.preload /etc/ld.so.preload
+"""
+
+
+def assert_the_check_ignores_planted_links(sandbox: Sandbox) -> None:
+    """Plant PLANTED_LINKS in `sandbox`; the trusted check still runs the pristine programs."""
+    cache = sandbox.run("sha256sum /etc/ld.so.cache").output
+    library = hostile.preload_library()
+    planted = sandbox.run(f"set -- {library}\n{PLANTED_LINKS}")
+    assert planted.exit_code == 0, planted.output
+    assert sandbox.run("exit 3").exit_code == 0  # the planted library works: the agent's shells now exit 0 at once
+    check = sandbox.run("exit 3", trusted=True)
+    assert check.exit_code == 3 and "forge" not in check.output, check.output
+    found = sandbox.run("printf 'a b\\n' | awk '{print $2; exit 4}'", trusted=True)
+    assert (found.exit_code, found.output) == (4, "b\n")  # the pristine alternatives: mawk
+    python = sandbox.run("python3 -c 'import json, sys; print(json.dumps(sys.flags.no_site)); raise SystemExit(5)'",
+                         trusted=True)
+    assert (python.exit_code, python.output) == (5, "0\n")
+    assert sandbox.run("zsh -c 'exit 6'", trusted=True).exit_code == 6
+    assert sandbox.run("sha256sum /etc/ld.so.cache", trusted=True).output == cache
+    for absent in ("/etc/ld.so.preload", "/etc/ld.so.conf.d/forge.conf"):  # as in the pristine image
+        assert sandbox.run(f"test -e {absent} || test -L {absent}", trusted=True).exit_code == 1, absent
+    assert sandbox.run("readlink /etc/alternatives/awk", trusted=True).output == "/usr/bin/mawk\n"
+    assert sandbox.run("test -L /etc/zsh/zshenv", trusted=True).exit_code == 1
+    assert sandbox.run("test -f /json.py && test -x /tmp/.ok", trusted=True).exit_code == 0  # the agent's files show
+
+
+@pytest.mark.slow
+def test_the_check_never_follows_the_agents_links(rootfs: Path) -> None:
+    """Links planted on the loader's and the interpreters' start-up files never reach the check (bwrap)."""
+    sandbox = BwrapSandbox(rootfs, timeout=20)
+    try:
+        assert_the_check_ignores_planted_links(sandbox)
+    finally:
+        sandbox.close()
 
 
 @pytest.mark.slow

@@ -108,6 +108,17 @@ def test_every_issue_attack_kind_is_in_the_suite() -> None:
     assert {attack.benchmark for attack in hostile.ATTACKS} == set(hostile.BENCHMARKS)
 
 
+def test_every_llb_and_hle_class_of_issue_32_is_in_the_suite() -> None:
+    """Issue 32's LLB and HLE findings each have an attack, played on both backends of its benchmark."""
+    names = {attack.name: attack.benchmark for attack in hostile.ATTACKS}
+    for name, benchmark in (("os-preload-through-planted-link", "llb-os"), ("os-alternatives-through-agent-links", "llb-os"),
+                            ("db-lock-the-graded-table", "llb-db"), ("db-sleeping-definer-view", "llb-db"),
+                            ("db-prepared-xa-transaction", "llb-db"), ("db-huge-result", "llb-db"),
+                            ("hle-huge-answer", "hle")):
+        assert names.get(name) == benchmark, name
+    assert {"llb-os:bwrap", "llb-os:docker", "llb-db:mariadb", "llb-db:docker"} <= set(hostile.TARGETS)
+
+
 def test_memories_enter_every_prompt_inside_one_delimited_block() -> None:
     """Every adapter's memory text sits between the fixed delimiters; a memory cannot close the block."""
     from memrl_bench.adapters import alfworld_prompt, bigcodebench, hle_prompt, llb_common

@@ -18,8 +18,11 @@ from memrl_bench.adapters.hle_data import load_rows, select_questions, split_tas
 from memrl_bench.adapters.hle_judge import judge_api_key, judge_prompt, make_judge, parse_judgement
 from memrl_bench.adapters.hle_match import extract_answer, local_verdict
 from memrl_bench.adapters.hle_prompt import build_messages
+from memrl_bench.framework.observation_cap import cap
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
+
+_ANSWER_TAIL_BYTES = 4096  # what a cut response keeps of its end: the answer and confidence lines
 
 
 class HLE:
@@ -102,7 +105,13 @@ class HLE:
         return llm.chat(build_messages(task.payload, memories))
 
     def grade(self, task: Task, response: str, llm: LLM) -> Episode:
-        """The response graded: locally when the answer is unambiguous, else by the judge (through `llm`)."""
+        """The response graded: locally when the answer is unambiguous, else by the judge (through `llm`).
+
+        A response over `observation_cap.MAX_OBSERVATION_BYTES` is cut in the middle first (its
+        last `_ANSWER_TAIL_BYTES`, the answer lines, kept; the cut marked): what the judge reads
+        and what the memory keeps are bounded.
+        """
+        response = cap(response, tail=_ANSWER_TAIL_BYTES)
         question = task.payload
         extracted = extract_answer(response)
         info: dict[str, Any] = {

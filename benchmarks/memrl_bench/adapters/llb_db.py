@@ -97,12 +97,14 @@ class LLBDatabase:
         except pymysql.Error as exc:
             return Episode(False, 0, "", status="ENV_ERROR", env_error=True, info={"error": str(exc)})
         try:
-            return self._play(database, sample, memories, llm)
+            episode = self._play(database, sample, memories, llm)
         except pymysql.Error as exc:  # the server went away; agents' SQL errors never get here
-            return Episode(False, 0, "", status="ENV_ERROR", env_error=True, info={"error": str(exc)})
+            episode = Episode(False, 0, "", status="ENV_ERROR", env_error=True, info={"error": str(exc)})
         finally:
             with contextlib.suppress(pymysql.Error):
                 database.drop()
+        episode.info["database"] = database.name  # where it ran (gone now; `server_leftovers` checks)
+        return episode
 
     def _play(self, database: EpisodeDatabase, sample: dict[str, Any], memories: list[dict[str, Any]], llm: LLM) -> Episode:
         system = llb_common.system_prompt(memories, DB_OUTPUT_FORMAT)

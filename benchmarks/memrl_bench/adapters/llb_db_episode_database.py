@@ -3,13 +3,22 @@
 `EpisodeDatabase` creates `llb_<uuid>` holding the sample's table (`create_table_sql`, LLB's
 initialisation), runs the agent's SQL as a user with rights on that database only, reads the
 table's hash as a grader user who may only SELECT, and drops the database and both users.
+
+Grading is bounded and leaves nothing behind: before the grader reads, every session of the
+agent's user is killed (its locks go with it); the grader waits at most `GRADER_TIMEOUT`
+seconds for a lock and for its statement; a view in place of the graded table is refused; the
+agent's SQL may not open an XA transaction (a prepared one outlives every session).
+`drop` kills every session of both users before dropping, and `leftovers` lists what of the
+episode the server still holds (databases, users, sessions).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import secrets
+import time
 import uuid
 from typing import Any
 
@@ -17,8 +26,14 @@ import pymysql
 
 from memrl_bench.adapters.llb_db_grading import table_md5_sql
 from memrl_bench.environments import mysql8_compat, mysql_address
+from memrl_bench.framework.observation_cap import cap
 
 STATEMENT_TIMEOUT = 30  # seconds a MariaDB statement may run (max_statement_time)
+GRADER_TIMEOUT = 5  # seconds the grader waits for a lock, and its statement may run
+ADMIN_LOCK_TIMEOUT = 10  # seconds the admin's DROP waits for a lock
+# A prepared XA transaction outlives its session and would hold the episode's locks (and block its
+# DROP) for good: the agent's SQL may not use XA (no DBBench task does).
+_XA = re.compile(r"\bXA\b", re.IGNORECASE)
 _CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's (connection lost...): the environment's
 
 
@@ -99,7 +114,9 @@ class EpisodeDatabase:
 
         On MariaDB each statement first goes through `mysql8_compat.as_mysql8`. Rows appear as a
         Python list of tuples; a statement without rows gives "[]", as LLB's prompt promises
-        (LLB itself sends an empty message); a failure gives the error code and message.
+        (LLB itself sends an empty message); a failure gives the error code and message; a
+        statement naming XA is refused (1235) before it reaches the server. The text is capped
+        (`observation_cap.cap`, 16 KiB, the cut marked).
         Raises `pymysql.OperationalError` only when the server cannot be reached again.
         """
         self._reconnect_if_lost()
@@ -110,24 +127,84 @@ class EpisodeDatabase:
                 for statement in (part.strip() for part in sql.split(";")):
                     if not statement:
                         continue
+                    if _XA.search(statement):
+                        raise pymysql.err.NotSupportedError(1235, "XA transactions are not supported here")
                     cursor.execute(mysql8_compat.as_mysql8(statement) if self._mariadb else statement)
                     result = str(list(cursor.fetchall())) if cursor.description is not None else "[]"
                     self._connection.commit()
         except pymysql.Error as exc:  # PyMySQL's args are (error code, message)
             result = f"{exc.args[0]}: {exc.args[1]}" if len(exc.args) == 2 else str(exc)
-        return result
+        return cap(result)
+
+    def _admin(self) -> pymysql.connections.Connection:
+        """A connection as the server's admin whose statements wait at most `ADMIN_LOCK_TIMEOUT` for a lock."""
+        admin = self._admin_address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute(f"SET SESSION lock_wait_timeout = {ADMIN_LOCK_TIMEOUT}")
+                cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {ADMIN_LOCK_TIMEOUT}")
+        except BaseException:
+            admin.close()
+            raise
+        return admin
+
+    def _sessions(self, cursor: Any, users: tuple[str, ...]) -> list[int]:
+        """Ids of the server's sessions (connections, event threads) of `users`."""
+        marks = ",".join(["%s"] * len(users))
+        cursor.execute(f"SELECT id FROM information_schema.processlist WHERE user IN ({marks})", users)
+        return [int(row[0]) for row in cursor.fetchall()]
+
+    def _kill_sessions(self, users: tuple[str, ...]) -> None:
+        """Kill every session of `users` (their locks and running statements end with them)."""
+        with contextlib.suppress(pymysql.Error):
+            self._connection.close()
+        admin = self._admin()
+        try:
+            with admin.cursor() as cursor:
+                for _ in range(50):
+                    sessions = self._sessions(cursor, users)
+                    if not sessions:
+                        return
+                    for session in sessions:
+                        with contextlib.suppress(pymysql.Error):  # it ended meanwhile
+                            cursor.execute(f"KILL CONNECTION {session}")
+                    time.sleep(0.02)
+        finally:
+            admin.close()
 
     def table_md5(self) -> str:
-        """LLB's hash of the table now ("None" when the table is empty or gone), read as the grader."""
-        grader = self._grader_address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        """LLB's hash of the table now ("None" when the table is empty or gone), read as the grader.
+
+        The agent's sessions are killed first: the agent is done, and nothing it holds (LOCK
+        TABLES, an open transaction, a running statement) may stall the grader. The grader waits
+        at most `GRADER_TIMEOUT` seconds for a lock or for its statement, which then fails (the
+        table is not the expected one). A view in place of the table (it could run the agent's
+        code as its definer, or sleep) is refused: "refused: ..." never equals a hash.
+        """
+        self._kill_sessions((self.agent_user,))
+        grader = self._grader_address.connect(timeout=GRADER_TIMEOUT + 30)
         try:
             with grader.cursor() as cursor:
                 try:
+                    for variable in ("lock_wait_timeout", "innodb_lock_wait_timeout"):
+                        cursor.execute(f"SET SESSION {variable} = {GRADER_TIMEOUT}")
+                    if self._mariadb:
+                        cursor.execute(f"SET SESSION max_statement_time = {GRADER_TIMEOUT}")
+                    else:
+                        cursor.execute(f"SET SESSION max_execution_time = {GRADER_TIMEOUT * 1000}")
+                    cursor.execute("SELECT table_type FROM information_schema.tables "
+                                   "WHERE table_schema = %s AND table_name = %s", (self.name, self.table["name"]))
+                    found = cursor.fetchone()
+                    if found is None:
+                        return "None"
+                    if found[0] != "BASE TABLE":
+                        return f"refused: `{self.table['name']}` is a {found[0]}, not a table"
                     cursor.execute(f"USE `{self.name}`")
                     cursor.execute(table_md5_sql(self.table))
                 except pymysql.Error as exc:
-                    # A server error reading what the agent left (dropped or altered table, a view
-                    # or function the grader may not run) means the table is not the expected one.
+                    # A server error reading what the agent left (dropped or altered table, a
+                    # function the grader may not run, a statement over its time) means the table
+                    # is not the expected one.
                     if exc.args and isinstance(exc.args[0], int) and exc.args[0] < _CLIENT_ERRORS:
                         return "None"
                     raise
@@ -137,10 +214,9 @@ class EpisodeDatabase:
         return "None" if value is None else str(value)
 
     def drop(self) -> None:
-        """Close the agent's connection, then drop the database and both users as the admin."""
-        with contextlib.suppress(pymysql.Error):
-            self._connection.close()
-        admin = self._admin_address.connect(timeout=STATEMENT_TIMEOUT + 30)
+        """Kill every session of both users, then drop the database and both users as the admin."""
+        self._kill_sessions((self.agent_user, self.grader_user))
+        admin = self._admin()
         try:
             with admin.cursor() as cursor:
                 cursor.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
@@ -149,3 +225,38 @@ class EpisodeDatabase:
             admin.commit()
         finally:
             admin.close()
+
+    def leftovers(self) -> dict[str, list[Any]]:
+        """What of this episode the server still holds (see `server_leftovers`)."""
+        return server_leftovers(self._admin_address, self.name)
+
+
+def server_leftovers(address: mysql_address.ServerAddress, name: str) -> dict[str, list[Any]]:
+    """What the server at `address` still holds of the episode whose database is `name`: the
+    database, its two users (named after it) and any session of theirs."""
+    token = name.removeprefix("llb_")
+    users = (f"llba_{token[:24]}", f"llbg_{token[:24]}")
+    admin = address.connect(timeout=STATEMENT_TIMEOUT + 30)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT schema_name FROM information_schema.schemata WHERE schema_name = %s", (name,))
+            databases = [row[0] for row in cursor.fetchall()]
+            cursor.execute("SELECT user FROM mysql.user WHERE user IN (%s, %s)", users)
+            found = [row[0] for row in cursor.fetchall()]
+            cursor.execute("SELECT id, user, command, info FROM information_schema.processlist "
+                           "WHERE user IN (%s, %s)", users)
+            sessions = [list(row) for row in cursor.fetchall()]
+    finally:
+        admin.close()
+    return {"databases": databases, "users": found, "sessions": sessions}
+
+
+def episode_databases(address: mysql_address.ServerAddress) -> set[str]:
+    """The names of the episode databases (`llb_…`) on the server at `address` now."""
+    admin = address.connect(timeout=STATEMENT_TIMEOUT + 30)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE 'llb\\_%'")
+            return {row[0] for row in cursor.fetchall()}
+    finally:
+        admin.close()

@@ -15,6 +15,7 @@ from typing import Any
 from memrl_bench.adapters import llb_common
 from memrl_bench.environments.os_machine import CommandResult, Limits, Sandbox, SandboxError
 from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.framework.observation_cap import cap
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -75,7 +76,8 @@ class LLBOperatingSystem:
 
     Options: `max_rounds` agent turns (MemRL: 15); `command_timeout` seconds per script (LLB:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
-    LLB itself does); `backend` "auto" | "docker" | "bwrap"; `rootfs` the bwrap rootfs
+    LLB itself does, up to `observation_cap.MAX_OBSERVATION_BYTES`, 16 KiB); `backend` "auto" |
+    "docker" | "bwrap"; `rootfs` the bwrap rootfs
     directory (default ~/.cache/memrl/rootfs-bookworm, built on first use); `docker_image`
     the Docker image tag (built on first use). Limits of the sandbox, either backend (`os_machine.Limits`):
     `memory_mb` and `nproc` for the whole sample, `cpu_seconds` per process, `disk_mb` written;
@@ -193,13 +195,14 @@ class LLBOperatingSystem:
         return "round_limit"
 
     def observation(self, result: CommandResult) -> str:
-        """What the agent sees after a script, in LLB's words (cut to `max_output_chars`)."""
+        """What the agent sees after a script, in LLB's words (cut to `max_output_chars`, and in any
+        case to `observation_cap.MAX_OBSERVATION_BYTES`, the cut marked)."""
         if result.timed_out:
             return f"The command is marked as timeout since it did not finish within {self.command_timeout:g} seconds."
         output = result.output
         if 0 < self.max_output_chars < len(output):
             output = output[: max(0, self.max_output_chars - 20)] + TRUNCATION_MARKER
-        return "The output of the OS:\n\n" + output if output else "The output of the OS is empty."
+        return "The output of the OS:\n\n" + cap(output) if output else "The output of the OS is empty."
 
 
 def parse_action(reply: str) -> tuple[str, str]:

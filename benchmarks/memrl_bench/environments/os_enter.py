@@ -17,9 +17,17 @@ PROGRAM (resolved inside the sandbox). The parent half waits and exits with the 
 of the sandbox, in a mount namespace of its own: the agent's files everywhere, except `/usr`
 (the pristine rootfs's, read-only, with the agent's `/usr/local`, and in `/usr/bin` and
 `/usr/sbin` the programs the agent added, never those it replaced), the top-level `bin`, `lib*`,
-`sbin` links, `/etc/ld.so.cache` (the pristine ones, which the sandbox shows read-only at
-`PRISTINE`) and `/etc/ld.so.preload` (empty). So the
-agent cannot swap the shell, the tools, the loader or the libraries the check runs with.
+`sbin` links (the pristine ones, which the sandbox shows read-only at `PRISTINE`), and what the
+dynamic loader and the interpreters read at start: in `/etc` the entries `LOADER_ETC` (the
+loader's `ld.so.preload`, `ld.so.cache` and `ld.so.conf*`, `alternatives`, Python's, Perl's,
+Vim's and zsh's system directories) and under `/usr/local/lib` Python's site directories are
+the pristine rootfs's, or absent where it has none. `/etc` itself is a directory of the view's
+own holding the agent's other entries, so no link the agent planted (a symlinked
+`/etc/ld.so.preload`, an `/etc/alternatives/awk` of its own) is ever followed to build the view
+or by the loader. Every mount point of the view is in a tmpfs of its own, under the read-only
+`PRISTINE`, reached from a pinned working directory, never through a path the agent can change.
+So the agent cannot swap the shell, the tools, the loader, the libraries or the interpreters'
+start-up files the check runs with.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import json
 import os
 import resource
 import sys
+from collections.abc import Callable
 
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
@@ -41,7 +50,12 @@ _PRISTINE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # /usr/bin/some_script, which its check then runs); a program the rootfs has is always its own.
 _AGENT_PROGRAMS = ("bin", "sbin")
 PRISTINE = "/dev/.memrl-pristine"  # the rootfs, bound read-only by BwrapSandbox
-_VIEW = "/dev/.memrl-check"  # on the sandbox's own /dev tmpfs, never in the agent's overlay
+# The view's root: a tmpfs on the first of these directories of PRISTINE (read-only, out of the
+# agent's reach; none of them is a source of the view).
+_VIEW_MOUNTS = ("mnt", "media", "srv", "tmp")
+# In /etc, what the dynamic loader and the interpreters read at start: the view shows the
+# pristine rootfs's (or nothing where it has none), never the agent's (see _loader_etc).
+LOADER_ETC = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "perl", "vim", "zsh")
 _NAMESPACES = ("ipc", "uts", "net", "pid", "mnt")  # mnt last: it changes how paths resolve
 _RLIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE,
             "core": resource.RLIMIT_CORE}
@@ -69,44 +83,93 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None,
         raise OSError(ctypes.get_errno(), f"mount {source} on {target} failed")
 
 
+def _mount_pristine(libc: ctypes.CDLL, source: str, target: str) -> None:
+    """Show the pristine `source` at `target` (a name in a directory of the view's own), read-only.
+
+    A link is copied (never followed: it resolves inside the view), a directory or file is bound
+    read-only; nothing is made when the pristine rootfs has no `source`.
+    """
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), target)
+    elif os.path.isdir(source):
+        os.mkdir(target)
+        _mount(libc, source, target, None, _MS_BIND | _MS_REC)
+        _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+    elif os.path.exists(source):
+        open(target, "w").close()
+        _mount(libc, source, target, None, _MS_BIND)
+        _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+
+
+def _mirror(libc: ctypes.CDLL, agent: str, target: str, pristine_only: Callable[[str], bool], source: str) -> None:
+    """Fill `target` (an empty directory of the view's own) with the entries of the agent's directory
+    `agent`, except those `pristine_only` names, which come from `source` (the pristine one).
+
+    The agent's links are copied, its directories and files bound (recursively but for `dev`);
+    an `agent` that is not a plain directory contributes nothing.
+    """
+    entries = os.listdir(agent) if os.path.isdir(agent) and not os.path.islink(agent) else []
+    for entry in entries:
+        path, place = f"{agent.rstrip('/')}/{entry}", f"{target}/{entry}"
+        if pristine_only(entry):
+            continue
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), place)
+        elif os.path.isdir(path):
+            os.mkdir(place)
+            _mount(libc, path, place, None, _MS_BIND | (0 if path == "/dev" else _MS_REC))
+        else:
+            open(place, "w").close()
+            _mount(libc, path, place, None, _MS_BIND)
+    pristine = os.listdir(source) if os.path.isdir(source) else []
+    for entry in pristine:
+        if pristine_only(entry):
+            _mount_pristine(libc, f"{source}/{entry}", f"{target}/{entry}")
+
+
+def _loader_etc(entry: str) -> bool:
+    """Whether `/etc/entry` is read by the loader or an interpreter at start (pristine only in the view)."""
+    return entry in LOADER_ETC or entry.startswith("python")
+
+
 def _trusted_view(libc: ctypes.CDLL) -> None:
     """Chroot into the trusted view described in the module docstring."""
     if libc.unshare(_CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unshare failed")
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
     source = PRISTINE
-    os.makedirs(_VIEW, exist_ok=True)
-    _mount(libc, "tmpfs", _VIEW, "tmpfs", 0)
+    # The view's root: a tmpfs on a directory of the read-only PRISTINE (the agent can neither
+    # replace it nor plant a link on its path), entered at once; from here on every mount point
+    # is named relative to it, in directories no process of the agent can reach.
+    mount_point = next((f"{source}/{name}" for name in _VIEW_MOUNTS
+                        if os.path.isdir(f"{source}/{name}") and not os.path.islink(f"{source}/{name}")), None)
+    if mount_point is None:
+        raise OSError(0, f"the pristine image has none of {', '.join(_VIEW_MOUNTS)} to build the view on")
+    _mount(libc, "tmpfs", mount_point, "tmpfs", 0, "mode=0755")
+    os.chdir(mount_point)
+    if os.stat(".").st_dev == os.stat(source).st_dev:
+        raise OSError(0, "the view's tmpfs is not where it was mounted")
     for entry in _PRISTINE_LINKS:
         if os.path.islink(f"{source}/{entry}"):
-            os.symlink(os.readlink(f"{source}/{entry}"), f"{_VIEW}/{entry}")
-    for entry in os.listdir("/"):
-        path, target = "/" + entry, f"{_VIEW}/{entry}"
-        if entry in _PRISTINE_LINKS or entry == "usr":
-            continue
-        if os.path.islink(path):
-            os.symlink(os.readlink(path), target)
-        elif os.path.isdir(path):
-            os.mkdir(target)
-            _mount(libc, path, target, None, _MS_BIND | (0 if entry == "dev" else _MS_REC))
-        else:
-            open(target, "w").close()
-            _mount(libc, path, target, None, _MS_BIND)
-    os.mkdir(f"{_VIEW}/usr")
-    _mount(libc, f"{source}/usr", f"{_VIEW}/usr", None, _MS_BIND | _MS_REC)
-    _mount(libc, None, f"{_VIEW}/usr", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
-    if os.path.isdir("/usr/local") and not os.path.islink("/usr/local"):
-        _mount(libc, "/usr/local", f"{_VIEW}/usr/local", None, _MS_BIND | _MS_REC)
+            os.symlink(os.readlink(f"{source}/{entry}"), entry)
+    _mirror(libc, "/", ".", lambda entry: entry in _PRISTINE_LINKS or entry in ("usr", "etc"), "/nonexistent")
+    os.mkdir("etc")
+    _mirror(libc, "/etc", "etc", _loader_etc, f"{source}/etc")
+    os.mkdir("usr")
+    _mount(libc, f"{source}/usr", "usr", None, _MS_BIND | _MS_REC)
+    _mount(libc, None, "usr", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+    if os.path.isdir("usr/local") and not os.path.islink("usr/local"):  # pristine, hence stable
+        # The agent's /usr/local, but for Python's site directories in /usr/local/lib (their
+        # .pth files run at start): the pristine ones only.
+        _mount(libc, "tmpfs", "usr/local", "tmpfs", 0, "mode=0755")
+        _mirror(libc, "/usr/local", "usr/local", lambda entry: entry == "lib", "/nonexistent")
+        os.mkdir("usr/local/lib")
+        _mirror(libc, "/usr/local/lib", "usr/local/lib", lambda entry: entry.startswith("python"),
+                f"{source}/usr/local/lib")
     for directory in _AGENT_PROGRAMS:  # the pristine programs over the agent's (new ones show through)
         if os.path.isdir(f"/usr/{directory}") and not os.path.islink(f"/usr/{directory}"):
-            _mount(libc, "overlay", f"{_VIEW}/usr/{directory}", "overlay",
+            _mount(libc, "overlay", f"usr/{directory}", "overlay",
                    _MS_RDONLY, f"lowerdir={source}/usr/{directory}:/usr/{directory}")
-    etc = f"{_VIEW}/etc"
-    if os.path.lexists(f"{etc}/ld.so.preload"):
-        _mount(libc, "/dev/null", f"{etc}/ld.so.preload", None, _MS_BIND)
-    if os.path.isfile(f"{source}/etc/ld.so.cache") and os.path.lexists(f"{etc}/ld.so.cache"):
-        _mount(libc, f"{source}/etc/ld.so.cache", f"{etc}/ld.so.cache", None, _MS_BIND)
-    os.chdir(_VIEW)
     os.chroot(".")
     os.chdir("/")
 

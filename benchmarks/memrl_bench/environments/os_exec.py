@@ -22,6 +22,9 @@ from memrl_bench.environments.os_cgroup import Cgroup
 from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
+# The check's interpreters read no start-up file of the agent's: Python neither its user site
+# (~/.local: usercustomize, .pth) nor the working directory ("/", the agent's) as first import path.
+TRUSTED_ENV = ("PYTHONNOUSERSITE=1", "PYTHONSAFEPATH=1")
 # Docker's default capability set, minus MKNOD (a root process with CAP_MKNOD could create
 # and open the host's block devices, since there is no device cgroup here): chown, dac_override,
 # fowner, fsetid, kill, setgid, setuid, setpcap, net_bind_service, net_raw, sys_chroot, setfcap,
@@ -43,7 +46,7 @@ def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trus
         json.dumps(rlimits), json.dumps(cgroup.procs_files() if cgroup else []),
         "trusted" if trusted else "untrusted", "--",
         "/usr/bin/env", "-i", f"PATH={TRUSTED_PATH if trusted else SANDBOX_PATH}", "HOME=/root", "USER=root",
-        "LOGNAME=root", "/usr/bin/bash", "-c", script,
+        "LOGNAME=root", *(TRUSTED_ENV if trusted else ()), "/usr/bin/bash", "-c", script,
     ]
 
 
