@@ -763,7 +763,7 @@ def calibrate(
     clear: bool = typer.Option(False, "--clear", help="Drop the fixed values and use the bank's measured statistics."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
-    """Recompute the bank's similarity statistics (z(sim) under --sim-stats bank), or fix them."""
+    """Recompute the bank's similarity statistics, or fix them: what z(sim) uses under the sim_stats switch."""
     with command(as_json):
         emit(open_bank(db, create=False).calibrate(mean, std, clear), as_json, _render_calibration)
 
@@ -1011,7 +1011,9 @@ def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/
         analysis = reports.utility_report(run_dir)
         (Path(run_dir) / "utility.json").write_text(json.dumps(analysis, indent=1))
         try:
-            reports.plot_utility(analysis, Path(run_dir) / "utility.png")
+            from memrl_cli.report_plot import plot_utility
+
+            plot_utility(analysis, Path(run_dir) / "utility.png")
         except ImportError:
             print("memrl: note: no utility.png (matplotlib missing: pip install 'memrl[plots]')", file=sys.stderr)
         emit(analysis, as_json, _render_utility)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*") if p.is_file())])
+DOCUMENTS = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix != ".png")])
 
 # An absolute path whose first directory is a home, a build machine's workspace or a mount of one.
 MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(work|workspace|root|home|Users|scratch|mnt|srv|build)/[\w.~/-]*")

@@ -63,10 +63,10 @@ def test_memrl_learns_across_epochs(server, tmp_path):
     assert all(r["retrieval_id"] is None and r["new_memory_id"] is None for r in records if r["phase"] == "eval")
     assert all(r["memory_ids"] for r in train if r["epoch"] > 1)
     with MemoryBank(summary["bank"]) as bank:
-        # one memory per training episode, none from evaluation; epochs 2 and 3 play identically,
-        # so their memories are exact duplicates and stored once: 6 reflections + 6 scripts
-        assert bank.count() == 12
-        assert len({r["new_memory_id"] for r in train}) == 12
+        # one memory per training episode (the paper: epochs 2 and 3 play identically, and their identical
+        # memories are stored apart; the `dedup` switch would keep one), none from evaluation
+        assert bank.count() == 18
+        assert len({r["new_memory_id"] for r in train}) == 18
         report = inspection.verify(bank)
         assert report["ok"], report
         assert report["ledger_rows"] == sum(len(r["memory_ids"]) for r in train)

@@ -85,7 +85,8 @@ def test_commit_rewards_receipts_stores_memories_and_marks_the_batch(tmp_path: P
         recalled = recall(bank, config, batch, learn=True)
         played = [Played(episode(True), "SCRIPT:\nsay 1234", {"calls": 2}),
                   Played(episode(False), "REFLECTION:\ntry 5678", {"calls": 2}),
-                  Played(episode(False, env_error=True), None, {"calls": 1})]  # the environment failed: no memory
+                  Played(episode(False, env_error=True), None, {"calls": 1})]  # skip_env_errors: the worker distils nothing
+        config = replace(config, skip_env_errors=True)
         rows = commit(bank, config, RUN, batch, recalled, played)
         receipts = [r.id for r in recalled.retrievals]
         injected = [[m["id"] for m in ms] for ms in recalled.memories]
@@ -103,7 +104,8 @@ def test_commit_rewards_receipts_stores_memories_and_marks_the_batch(tmp_path: P
         assert success["intent"] == TASKS[0].query and success["task_id"] == TASKS[0].id
         assert success["source"] == f"run:{RUN}"
         assert json.loads(success["metadata"]) == {"run": RUN, "epoch": 2, "status": "PASS", "steps": 1,
-                                                   "injected": injected[0], "turns": 1}
+                                                   "injected": injected[0], "turns": 1,
+                                                   "episode": f"{RUN}/train/train/2/3"}  # dedup off: its own memory
         assert runs.completed_batches(bank, RUN) == {("train", "train", 2, 1)}
         assert runs.episodes(bank, RUN) == rows
 

@@ -116,8 +116,8 @@ def test_grouped_recall_reads_the_vectors_with_the_engine_search_and_recalls_the
     with db.transaction() as conn:
         conn.execute("UPDATE memories SET quarantined_at = 'now' WHERE id IN (7, 22, 301)")
     queries = normalise(vectors[[20, 5, 260, 499]] + 0.1 * rng.normal(size=(4, 16)))
-    cases = [RetrieveParams(threshold=-1.0), RetrieveParams(threshold=0.6, sources=("*-b",)),
-             RetrieveParams(k1=3, pool=100, threshold=0.2, group_threshold=0.8)]  # 400 rows searched
+    cases = [RetrieveParams(threshold=-1.0, recall="groups"), RetrieveParams(threshold=0.6, sources=("*-b",), recall="groups"),
+             RetrieveParams(k1=3, pool=100, threshold=0.2, group_threshold=0.8, recall="groups")]  # 400 rows searched
     numpy = SearchIndex(db, "numpy", [])
     kind = next(m for m in store.indexes if store.is_engine_index(m))
     modes = ["exact"] if kind == "hnsw" else []

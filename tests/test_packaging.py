@@ -44,7 +44,8 @@ CORE = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
 
 
 # Library modules loaded only for one feature, and the extra that declares their imports.
-FEATURE_MODULES = {"postgres.py": "postgres", "mcp_server.py": "mcp", "proxy.py": "proxy", "serve.py": "proxy"}
+FEATURE_MODULES = {"postgres.py": "postgres", "mcp_server.py": "mcp", "proxy.py": "proxy", "serve.py": "proxy",
+                   "report_plot.py": "plots"}
 
 
 def _imports(folder: str, only: set[str] | None = None, skip: set[str] = frozenset()) -> set[str]:

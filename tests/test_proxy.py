@@ -116,7 +116,7 @@ def test_the_documented_agent_loop_learns(tmp_path: Path, upstream: Any) -> None
     db = str(tmp_path / "agent.db")
     seed(db)
     agent = load_example()
-    with proxy(db, upstream.base_url, "--k2", "1") as url:
+    with proxy(db, upstream.base_url, "--k2", "1", "--lambda", "0.7") as url:  # as the example's docstring says
         results = [agent.episode(client(url), TASK, lambda answer: GOOD_SCRIPT in answer) for _ in range(4)]
     assert results == [False, True, True, True]  # the misleading memory is tried once, then avoided
     with MemoryBank(db, create=False) as bank:

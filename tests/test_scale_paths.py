@@ -71,7 +71,7 @@ def test_bit_index_shortlists_grouped_recall_and_finds_the_same_candidates(tmp_p
     n = 4 * SHORTLIST_MIN
     vectors = np.tile(clustered(rng, n // 4), (4, 1))  # every intent four times, as tasks repeat over epochs
     external_bank(tmp_path / "b.db", vectors).close()
-    params = RetrieveParams(k1=5, k2=3, threshold=-1.0)
+    params = RetrieveParams(k1=5, k2=3, threshold=-1.0, recall="groups")
     index = MatrixIndex(bits=True)
     index.extend(np.arange(1, n + 1), vectors)
     width = params.pool * SEARCH_WIDTH  # what grouped recall searches

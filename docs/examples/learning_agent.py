@@ -1,6 +1,6 @@
 """An agent loop that learns through `memrl proxy` (docs/integrations.md); tests/test_proxy.py runs it.
 
-    memrl proxy --upstream https://api.openai.com/v1 --db agent.db &
+    memrl proxy --upstream https://api.openai.com/v1 --db agent.db --lambda 0.7 &
     OPENAI_API_KEY=sk-... python docs/examples/learning_agent.py
 """
 
