@@ -18,7 +18,7 @@ from memrl_bench.adapters import bcb_check
 from memrl_bench.adapters.bcb_screen import screen
 from memrl_bench.adapters.bigcodebench import BigCodeBench, _load_rows, canonical_program, extract_code
 
-DATA = bench_data.directory("bigcodebench", "BIGCODEBENCH_DATA", "bigcodebench_full.jsonl")
+DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")
 needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 
@@ -192,3 +192,28 @@ def test_the_checker_imports_no_module_the_report_names(tmp_path, monkeypatch) -
     assert verdict["status"] == "MISSING_LIBRARY" and "plantedpkg" not in sys.modules
     assert bcb_check.decide({**report, "module": "json"}, ["test_a"], "exit 0", "n")["status"] == "RUNTIME_ERROR"
 
+
+
+@needs_data
+@needs_bwrap
+@pytest.mark.parametrize("library, assertion, patch", [
+    ("numpy", "np.testing.assert_array_equal(task_func(), np.array([1, 2]))",
+     "m = sys.modules['numpy.' + 'testing']\nm.__dict__['assert_' + 'array_equal'] = lambda *a, **k: None"),
+    ("pandas", "pd.testing.assert_frame_equal(task_func(), pd.DataFrame({'a': [1, 2]}))",
+     "m = sys.modules['pandas.' + 'testing']\nm.__dict__['assert_' + 'frame_equal'] = lambda *a, **k: None"),
+    ("numpy", "np.testing.assert_array_equal(task_func(), np.array([1, 2]))",
+     "import types\nsys.modules['numpy'].__dict__['test' + 'ing'] = types.SimpleNamespace(assert_array_equal=print)"),
+])
+def test_a_librarys_assertion_helpers_replaced_at_run_time_fail(library: str, assertion: str, patch: str,
+                                                                 bench: BigCodeBench) -> None:
+    """The route the screen cannot see: a third-party assertion helper (numpy.testing, pandas.testing) replaced
+    through names built at run time. Those modules are loaded and snapshotted before the program runs."""
+    alias = {"numpy": "np", "pandas": "pd"}[library]
+    test = (f"import unittest\nimport {library} as {alias}\nclass TestCases(unittest.TestCase):\n"
+            f"    def test_a(self):\n        {assertion}\n")
+    wrong = "np.array([0])" if library == "numpy" else "pd.DataFrame({'a': [0]})"
+    code = f"import sys\nimport {library} as {alias}\ndef task_func():\n    return {wrong}\n{patch}\n"
+    honest = bench.evaluate(code.replace(patch, ""), test, screened=False)
+    assert honest.status == "FAIL" and "tampered" not in honest.detail, honest  # a wrong answer, nothing else
+    verdict = bench.evaluate(code, test, screened=False)
+    assert verdict.status == "FAIL" and f"{library}." in verdict.detail, verdict

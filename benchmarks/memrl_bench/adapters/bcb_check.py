@@ -45,6 +45,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -67,6 +68,10 @@ _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "
 _STRICT_MODULES = frozenset({"unittest", "json", "builtins", "sys", "os", "io", "re", "abc", "types", "functools",
                              "contextlib", "collections", "traceback", "warnings", "difflib", "pprint", "inspect",
                              "logging", "linecache", "reprlib", "fnmatch", "signal", "_thread", "threading"})
+# Third-party assertion helpers the tests call (np.testing.assert_array_equal, pd.testing.assert_frame_equal):
+# imported before the program runs when the test file names their package, and snapshotted as strictly.
+_ASSERTION_MODULES = ("numpy.testing", "numpy.testing._private.utils", "pandas.testing", "pandas._testing",
+                      "pandas._testing.asserters")
 _LAZY_MODULES = frozenset({"unittest", "unittest.mock"})  # set names lazily (IsolatedAsyncioTestCase, file_spec)
 _HOOK_NAMES = frozenset({"_profile_hook", "_trace_hook"})  # threading's: None until a hook is set
 _SYS_VOLATILE = frozenset({"stdout", "stderr", "stdin", "path", "argv", "last_type", "last_value", "last_traceback", "last_exc",
@@ -214,7 +219,10 @@ class _Machinery:
     def __init__(self) -> None:
         self.versions = _Versions()
         self.modules = {name: module for name, module in sys.modules.items()
-                        if name.split(".")[0] in _STRICT_MODULES}
+                        if name.split(".")[0] in _STRICT_MODULES or name in _ASSERTION_MODULES}
+        # how the tests reach those helpers: `numpy.testing`, `pandas.testing` (the packages' own dicts change)
+        self.attributes = [(name.rpartition(".")[0], name.rpartition(".")[2], module)
+                           for name, module in self.modules.items() if name in ("numpy.testing", "pandas.testing")]
         watched = {name: module for name, module in self.modules.items() if name.split(".")[0] in _WATCHED_PACKAGES}
         for module in watched.values():  # warnings then update the registry in place, not the module's dict
             vars(module).setdefault("__warningregistry__", {})
@@ -240,6 +248,8 @@ class _Machinery:
         """What differs from the snapshot. Allowed: new submodules, warning registries, sys's streams,
         new builtins, names that were None (lazy caches; not threading's hooks)."""
         found = [f"sys.modules[{name!r}]" for name, module in self.modules.items() if sys.modules.get(name) is not module]
+        found += [f"{package}.{attr}" for package, attr, module in self.attributes
+                  if vars(sys.modules.get(package, sys)).get(attr) is not module]
         for name, before in self.module_dicts.items():
             now = vars(self.modules[name])
             volatile = _SYS_VOLATILE if name == "sys" else ()
@@ -386,6 +396,15 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     own_file = os.path.abspath(sys.argv[1])
     roots = _trusted_roots()
     sys.addaudithook(_audit_hook(violations, own_file))
+    with open(tests_path, encoding="utf-8") as handle:
+        tests = handle.read()
+    for name in _ASSERTION_MODULES:  # loaded now, so that the snapshot below holds them before the program runs
+        package = name.partition(".")[0]
+        if re.search(rf"\b(import|from)\s+{package}\b", tests) and _installed(package):
+            try:
+                __import__(name)
+            except ImportError:
+                pass
     machinery = _Machinery()
     test_case, test_suite, suite_run = unittest.TestCase, unittest.TestSuite, unittest.TestSuite.run
     result_base = unittest.TestResult
@@ -397,8 +416,6 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         machinery.watch("the harness's builtins", globals()["__builtins__"])
     with open(solution_path, encoding="utf-8") as handle:
         solution = handle.read()
-    with open(tests_path, encoding="utf-8") as handle:
-        tests = handle.read()
     for path in (solution_path, tests_path):  # the program finds no test file to read
         os.unlink(path)
     names = expected_tests(tests)
