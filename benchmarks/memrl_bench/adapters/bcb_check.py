@@ -321,6 +321,8 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
         kind = type(item)
         if issubclass(kind, any_type):
             return "unittest.mock.ANY, which equals everything"
+        if any(owner.__module__.split(".")[0] == "test" for owner in kind.__mro__):  # CPython's test.support.ALWAYS_EQ...
+            return f"an instance of {kind.__qualname__}, from CPython's regression-test helpers (the `test` package)"
         dataclass = False
         for owner in (*kind.__mro__, *type(kind).__mro__):
             members = type.__dict__["__dict__"].__get__(owner)
@@ -542,7 +544,15 @@ def _guard(function: object, flagged: list[str]) -> object:
     written there: that namespace is version-tagged, so a program that reached this closure and
     emptied `flagged` still leaves the write behind (reported as a change of the namespace)."""
     def guarded(*args: object, **kwargs: object) -> object:
-        value = function(*args, **kwargs)  # type: ignore[operator]
+        try:
+            value = function(*args, **kwargs)  # type: ignore[operator]
+        except BaseException as error:  # unittest's own signals (_ShouldStop ends a test part as a success)
+            if any(cls.__module__.split(".")[0] == "unittest" for cls in type(error).__mro__):
+                reason = f"raised unittest's own {type(error).__name__}, a signal of the test machinery"
+                flagged.append(f"{getattr(function, '__name__', '?')} {reason}")
+                globals()["_FLAGGED"] = reason
+                raise RuntimeError(reason) from None
+            raise
         roots, any_type = _GUARD_STATE
         reason = _equals_everything(value, roots, any_type)
         if reason:
