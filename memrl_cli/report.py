@@ -127,7 +127,8 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 def _bins(pairs: list[tuple[float, bool]]) -> list[dict[str, Any]]:
     """Success rate of the episodes whose selected memory had Q in each bin of Q_BINS (Q outside: the end bins)."""
     edges = Q_BINS
-    rows = [{"low": lo, "high": hi, "selections": 0, "successes": 0} for lo, hi in zip(edges, edges[1:])]
+    rows: list[dict[str, Any]] = [{"low": lo, "high": hi, "selections": 0, "successes": 0}
+                                  for lo, hi in zip(edges, edges[1:])]
     for q, ok in pairs:
         i = next((k for k, hi in enumerate(edges[1:-1]) if q < hi), len(rows) - 1)
         rows[i]["selections"] += 1

@@ -98,10 +98,10 @@ class RetrieveParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", patterns(self.sources, "sources"))
         object.__setattr__(self, "scopes", patterns(self.scopes, "scopes"))
-        for name, value, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
-                                     ("selector", self.selector, SELECTORS)):
-            if value not in choices:
-                raise MemrlError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        for setting, chosen, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
+                                         ("selector", self.selector, SELECTORS)):
+            if chosen not in choices:
+                raise MemrlError(f"{setting} must be one of {', '.join(choices)}, got {chosen!r}")
         if not isinstance(self.member_similarity, bool):
             raise MemrlError(f"member_similarity must be true or false, got {self.member_similarity!r}")
         if not (is_whole(self.pool) and 1 <= self.pool <= 1024):

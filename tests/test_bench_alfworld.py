@@ -700,17 +700,17 @@ def test_scripted_agent_draws_its_luck_per_attempt(bench: AlfworldBenchmark) -> 
 @pytest.mark.slow
 def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_path: Path) -> None:
     """Real games through run_benchmark with memrl: epoch 1 (empty bank) is exactly the no-memory agent's
-    prompt, so its outcome is what `none` scores in every epoch. The game won by luck in epoch 1 is won again
-    in epoch 2 because its own script is injected, and the other one gets a new prompt (and a new draw)."""
+    prompt. The game won by luck in epoch 1 is won again in epoch 2 because its own script is injected, and the
+    other one gets a new draw (luck per attempt: seed 1 wins it then)."""
     from benchmarks.learning.alfworld_scripted import run_methods
     from memrl_cli.bank import MemoryBank
 
-    [row] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=6, data=str(data_root), workers=0, batch_size=2,
+    [row] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=1, data=str(data_root), workers=0, batch_size=2,
                         max_steps=8, runs_dir=str(tmp_path), examples=authors_examples(), train_split="valid_unseen")
     episodes = [json.loads(line) for line in (Path(row["run_dir"]) / "episodes.jsonl").read_text().splitlines()]
     first = {e["task_id"]: e for e in episodes if e["epoch"] == 1}
     second = {e["task_id"]: e for e in episodes if e["epoch"] == 2}
-    [won] = [t for t, e in first.items() if e["success"]]  # seed 6: one of the two games is won by luck
+    [won] = [t for t, e in first.items() if e["success"]]  # seed 1: one of the two games is won by luck
     assert second[won]["success"] and first[won]["new_memory_id"] in second[won]["memory_ids"]
     with MemoryBank(Path(row["run_dir"]) / "bank.db", create=False) as bank:
         experience = bank.conn.execute("SELECT experience FROM memories WHERE id = ?",
@@ -721,7 +721,7 @@ def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_pa
     # ground truth: only the game won in epoch 1 had its own script in the bank, recalled, injected, and won with it
     assert row["own_script"] == {"wins": 2, "existed": 1, "recalled": 1, "selected": 1, "selected_won": 1}
     (Path(row["run_dir"]) / "summary.json").unlink()  # as if killed before the end: --resume continues this run
-    [again] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=6, data=str(data_root), workers=0, batch_size=2,
+    [again] = run_methods(["memrl"], games=2, epochs=2, p0=0.5, seed=1, data=str(data_root), workers=0, batch_size=2,
                           max_steps=8, runs_dir=str(tmp_path), examples=authors_examples(),
                           train_split="valid_unseen", resume=True)
     assert again["run_dir"] == row["run_dir"] and again["accuracy"] == row["accuracy"]
@@ -730,14 +730,15 @@ def test_scripted_agent_learns_with_memory_on_real_games(data_root: Path, tmp_pa
 
 @pytest.mark.slow
 def test_scripted_alfworld_memory_methods_beat_none(data_root: Path, tmp_path: Path) -> None:
-    """12 training games x 3 epochs: memory methods end above no memory, whose prompt (and outcome) never changes."""
+    """12 training games x 3 epochs: memory methods end above no memory (every method draws the same luck per
+    attempt; only a shown script of the game's own makes its win certain)."""
     from benchmarks.learning.alfworld_scripted import run_methods
 
     rows = {r["method"]: r for r in run_methods(
         ["none", "rag", "memrl"], games=12, epochs=3, p0=0.2, data=str(data_root), workers=2, max_steps=10,
         runs_dir=str(tmp_path), examples=authors_examples())}
     none = rows["none"]
-    assert len(set(none["accuracy"].values())) == 1 and none["report"][-1]["receipts"] == 0
+    assert none["report"][-1]["receipts"] == 0
     for method in ("rag", "memrl"):
         assert rows[method]["accuracy"][1] == none["accuracy"][1]  # an empty bank: the no-memory prompt
         assert rows[method]["last_epoch_accuracy"] > none["last_epoch_accuracy"], method

@@ -155,9 +155,10 @@ def play(task: Task, memories: list[dict[str, Any]], learn: bool, method: str = 
     used = None
     if method == "self-rag":
         episode, used = self_rag.play(_ADAPTER, task, memories, llm)  # type: ignore[arg-type]
+    elif takes_seed(_ADAPTER):  # the seed: an optional part of the protocol (`takes_seed`)
+        episode = _ADAPTER.run_episode(task, memories, llm, seed=seed)  # type: ignore[call-arg]
     else:
-        episode = _ADAPTER.run_episode(task, memories, llm, seed=seed) if takes_seed(_ADAPTER) \
-            else _ADAPTER.run_episode(task, memories, llm)
+        episode = _ADAPTER.run_episode(task, memories, llm)
     experience = None
     if learn and not (skip_env_errors and episode.env_error):
         experience = _experience(llm, method, task, memories, episode) if uses_llm(_ADAPTER) \
