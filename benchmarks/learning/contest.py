@@ -29,13 +29,12 @@ from typing import Any
 import yaml
 
 from benchmarks.learning.table import NO_LLM, parse_seeds
-from memrl_bench.framework.config import HARNESS_DEPARTURES, BenchConfig
-from memrl_cli.retrieve import DEPARTURES
+from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 
 ADAPTER = "benchmarks.learning.synthetic:Synthetic"
-OFF = {**DEPARTURES, **HARNESS_DEPARTURES, "group_threshold": 0.9, "pool": 64}  # each switch's value when off
-SWITCHES = [k for k in OFF if k != "selector"]  # the selector goes with its method
+SWITCHES = [*RECALL_SWITCHES, *HARNESS_DEPARTURES]  # a run's departure switches (the selector goes with its method)
+OFF = {k: getattr(BenchConfig(benchmark=ADAPTER), k) for k in SWITCHES}  # each one's value when off: the defaults
 T_QUANTILES = {  # Student's t for a two-sided interval of this confidence, by degrees of freedom (standard tables)
     0.95: {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
            11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -93,7 +92,8 @@ def results_of(runs_dir: str | Path, epochs: int) -> list[dict[str, Any]]:
         config = json.loads((summary_path.parent / "config.json").read_text())["config"]
         summary = json.loads(summary_path.read_text())
         heldout = summary["eval_accuracy"].get("heldout", {})
-        switches = "".join(f"+{k}={json.dumps(config[k])}" for k in SWITCHES if config.get(k, OFF[k]) != OFF[k])
+        switches = "".join(f"+{k}={v if isinstance(v, str) else json.dumps(v)}" for k in SWITCHES
+                           if (v := config.get(k, OFF[k])) != OFF[k])  # as the declaration names them
         rows.append({"scenario": config["options"]["scenario"], "method": config["method"] + switches,
                      "seed": config["seed"],
                      "accuracy": [summary["accuracy"][str(e)] for e in range(1, epochs + 1)],
