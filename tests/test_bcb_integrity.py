@@ -155,25 +155,35 @@ def test_emptying_the_return_value_checks_own_list_still_fails(bench: BigCodeBen
     assert verdict.status == "FAIL" and "the harness's namespace (changed, then restored)" in verdict.detail, verdict
 
 
-def test_equality_checks_of_return_values() -> None:
+def test_equality_checks_of_return_values(monkeypatch: pytest.MonkeyPatch) -> None:
     """`unittest.mock.ANY` and objects whose class the program gave a comparison are flagged, deep in
     containers; library and builtin values are not."""
+    import collections
+    import datetime
     import fractions
-    import unittest.mock
+    import unittest.mock as mock
 
     roots = bcb_check._trusted_roots()
-    flag = lambda value: bcb_check._equals_everything(value, roots, type(unittest.mock.ANY))  # noqa: E731
+    monkeypatch.setattr(bcb_check, "_GUARD_STATE", (roots, type(mock.ANY), mock.DEFAULT, mock.NonCallableMock,
+                                                    mock.MagicProxy, mock._get_method("__eq__", None).__code__))
+    configured = mock.MagicMock()
+    configured.__eq__.return_value = True
+    compared = mock.MagicMock()
+    assert compared != 3 and compared == compared
+    flag = lambda value: bcb_check._equals_everything(value, roots, type(mock.ANY))  # noqa: E731
     namespace: dict = {}
     exec(compile("class Eq:\n    def __eq__(self, other):\n        return True\n"
                  "class Meta(type):\n    def __eq__(cls, other):\n        return True\nclass ByMeta(metaclass=Meta):\n"
                  "    pass\nclass Plain:\n    pass\nimport functools\nclass Partial:\n"
                  "    __eq__ = functools.partialmethod(lambda self, other, extra: True, 1)\n",
                  bcb_check.PROGRAM_FILE, "exec"), namespace)
-    assert "mock.ANY" in flag([1, {"a": (2, unittest.mock.ANY)}])
+    assert "mock.ANY" in flag([1, {"a": (2, mock.ANY)}])
     assert "Eq" in flag({"k": [namespace["Eq"]()]}) and "Meta" in flag(namespace["ByMeta"]())
     assert "Partial" in flag((namespace["Partial"](),))
     assert flag([1, "a", (2.0, None), {3: fractions.Fraction(1, 3)}, namespace["Plain"](), {1, 2}]) == ""
-    assert flag(unittest.mock.MagicMock()) == ""  # a mock the test hands in compares by identity
+    assert flag(mock.MagicMock()) == "" and flag(compared) == ""  # a mock the test hands in compares by identity
+    assert flag(mock.MagicMock(spec=dict)) == "" and "MagicMock" in flag(configured)
+    assert flag([collections.Counter("ab"), collections.OrderedDict(a=1), datetime.date(2020, 1, 1)]) == ""
 
 
 def test_a_report_without_the_nonce_is_a_forgery() -> None:
@@ -235,3 +245,48 @@ def test_outside_attacks_of_issue_32_fail(code: str, flagged: str, bench: BigCod
     verdict = bench.evaluate(code, test, screened=False)
     assert verdict.status == "FAIL" and flagged in verdict.detail, verdict
     assert bench.evaluate("def task_func(*args, **kwargs):\n    return 3\n", test).passed
+
+
+# The forgeries a blind red-team run found after the two above were closed (2026-11-26), and more
+# of each class: a comparison borrowed from a builtin or the library, a float whose subtraction
+# lies to assertAlmostEqual, a class that claims another's `__class__`, a configured mock.
+_BORROWED = "import functools, operator, unittest.mock\n"
+@pytest.mark.parametrize("code, test", [
+    (_BORROWED + "class Counts(dict):\n    __eq__ = functools.partialmethod(operator.is_not)\n"
+     "    __ne__ = functools.partialmethod(operator.is_)\ndef task_func():\n    return Counts()\n",
+     "self.assertEqual(task_func(), {'a': 1})"),
+    (_BORROWED + "R = type('Counts', (dict,), {'__module__': 'collections', '__eq__': functools.partialmethod("
+     "operator.is_not)})\ndef task_func():\n    return R()\n", "self.assertEqual(task_func(), {'a': 1})"),
+    (_BORROWED + "class T(dict):\n    __eq__ = staticmethod(operator.truth)\ndef task_func():\n    return T()\n",
+     "self.assertEqual(task_func(), {'a': 1})"),
+    (_BORROWED + "class T(dict):\n    __eq__ = unittest.mock._ANY.__eq__\ndef task_func():\n    return T()\n",
+     "self.assertEqual(task_func(), {'a': 1})"),
+    (_BORROWED + "class T(int):\n    __eq__ = int.__ne__\ndef task_func():\n    return T(5)\n",
+     "self.assertEqual(task_func(), 3)"),
+    ("class LogSum(float):\n    def __sub__(self, other):\n        return 0.0\n    __rsub__ = __sub__\n"
+     "def task_func():\n    return LogSum(0.0)\n", "self.assertAlmostEqual(task_func(), 2.5, places=3)"),
+    ("class Fake:\n    __class__ = property(lambda self: dict)\n    def __len__(self):\n        return 2\n"
+     "def task_func():\n    return Fake()\n", "self.assertIsInstance(task_func(), dict); self.assertEqual(len(task_func()), 2)"),
+    (_BORROWED + "def task_func():\n    result = unittest.mock.MagicMock()\n    result.__eq__.return_value = True\n"
+     "    return result\n", "self.assertEqual(task_func(), {'a': 1})"),
+])
+def test_borrowed_behaviour_in_return_values_fails(code: str, test: str, bench: BigCodeBench) -> None:
+    test = f"import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        {test}\n"
+    verdict = bench.evaluate(code, test, screened=False)
+    assert verdict.status == "FAIL" and "with no logic" in verdict.detail, verdict
+
+
+def test_program_globals_never_stand_for_what_the_tests_take_from_the_prompt(bench: BigCodeBench) -> None:
+    """A program's class named `os` and its global `open` (BigCodeBench/832 by the red team): the tests
+    get the prompt's real `os` and the builtin `open`."""
+    code = ("import io\nclass _Path:\n    exists = staticmethod(lambda path: True)\nclass os:\n    path = _Path()\n"
+            "def open(*args, **kwargs):\n    return io.StringIO('done')\n"
+            "def task_func(filename):\n    return None\n")
+    test = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+            "        task_func('/tmp/out.txt')\n        self.assertTrue(os.path.exists('/tmp/out.txt'))\n"
+            "        self.assertEqual(open('/tmp/out.txt').read(), 'done')\n")
+    verdict = bench.evaluate(code, test, screened=False, imports="import os")
+    assert verdict.status != "PASS", verdict
+    honest = ("import os\ndef task_func(filename):\n    with open(filename, 'w') as handle:\n"
+              "        handle.write('done')\n")
+    assert bench.evaluate(honest, test, imports="import os").passed

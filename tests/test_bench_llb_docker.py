@@ -27,7 +27,7 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import (LIMITED, assert_the_check_ignores_planted_links, bash, client_for, expected_limit_statuses, finish, limit_statuses,
+from test_bench_llb_os import (LIMITED, assert_leftover_processes_cannot_reach_the_check, assert_the_check_ignores_planted_links, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
 from memrl_bench.environments import docker_images, mysql8_compat, mysql_server
@@ -248,6 +248,16 @@ def test_the_check_never_follows_the_agents_links(client: Any) -> None:
     finally:
         sandbox.close()
     assert sandbox.id not in _containers(client)
+
+
+def test_leftover_processes_cannot_reach_the_check(client: Any) -> None:
+    """A background process of the agent's cannot kill, stop or ptrace the check's processes (Docker)."""
+    sandbox = SandboxFactory(backend="docker", timeout=20).create()
+    try:
+        assert sandbox.untrusted_check is None
+        assert_leftover_processes_cannot_reach_the_check(sandbox)
+    finally:
+        sandbox.close()
 
 
 # --------------------------------------------------------------------------- llb-db server

@@ -199,6 +199,33 @@ ln -sf /tmp/.preload /etc/ld.so.preload
 """
 
 
+# A process the agent leaves running that kills every process whose command line names the target:
+# a check `! COMMAND` whose COMMAND it kills (exit 137) would pass. The marker is built at run time,
+# so that the scripts' own command lines never name it.
+LEFTOVER_KILLER = r"""cat > /tmp/.watch.sh <<'EOF'
+m=memrl-probe; while :; do for d in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in *"$m-target"*) kill -9 "${d#/proc/}" 2>/dev/null;; esac
+done; done
+EOF
+(setsid bash /tmp/.watch.sh </dev/null >/dev/null 2>&1 &); sleep 0.5"""
+NEGATED_PROBE = """m=memrl-probe; ! sh -c 'sleep 2; exit 0' "$m-target" """
+
+
+def assert_leftover_processes_cannot_reach_the_check(sandbox: Sandbox) -> None:
+    """A process the agent left running can neither see nor signal the check's processes (which
+    live in a PID namespace beside the sandbox's); the check still sees the agent's processes."""
+    assert sandbox.run("sleep 60 & echo $! > /tmp/task.pid").exit_code == 0
+    assert sandbox.run(LEFTOVER_KILLER).exit_code == 0
+    assert sandbox.run(NEGATED_PROBE).exit_code == 0  # the killer works on the agent's own processes
+    # The check sees the agent's processes, under the numbers the agent saw (LLB's val task 73).
+    seen = sandbox.run("tr '\\0' ' ' < /proc/$(cat /tmp/task.pid)/cmdline", trusted=True)
+    assert seen.output == "sleep 60 ", seen
+    assert sandbox.run("pgrep -f watch.sh >/dev/null", trusted=True).exit_code == 0
+    check = sandbox.run(NEGATED_PROBE, trusted=True)
+    assert check.exit_code == 1, check  # the probe ran to its end: the killer never saw it
+    assert sandbox.run("diff <(echo a) <(echo a) && cat /proc/self/status >/dev/null", trusted=True).exit_code == 0
+
+
 def assert_the_check_ignores_planted_links(sandbox: Sandbox) -> None:
     """Plant PLANTED_LINKS in `sandbox`; the trusted check still runs the pristine programs."""
     cache = sandbox.run("sha256sum /etc/ld.so.cache").output
@@ -228,6 +255,16 @@ def test_the_check_never_follows_the_agents_links(rootfs: Path) -> None:
     sandbox = BwrapSandbox(rootfs, timeout=20)
     try:
         assert_the_check_ignores_planted_links(sandbox)
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.slow
+def test_leftover_processes_cannot_reach_the_check(rootfs: Path) -> None:
+    """A background process of the agent's cannot kill, stop or ptrace the check's processes (bwrap)."""
+    sandbox = BwrapSandbox(rootfs, timeout=20)
+    try:
+        assert_leftover_processes_cannot_reach_the_check(sandbox)
     finally:
         sandbox.close()
 

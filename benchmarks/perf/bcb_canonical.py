@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from memrl_bench.adapters.bigcodebench import BigCodeBench, Verdict, canonical_program
+from memrl_bench.adapters.bigcodebench import BigCodeBench, Verdict, canonical_program, prompt_imports
 
 
 def main() -> None:
@@ -31,7 +31,8 @@ def main() -> None:
     rows = sorted(bench._rows.values(), key=lambda row: int(row["task_id"].split("/")[-1]))
 
     def check(row: dict) -> tuple[str, Verdict]:
-        return row["task_id"], bench.evaluate(canonical_program(row), row["test"])
+        return row["task_id"], bench.evaluate(canonical_program(row), row["test"],
+                                                imports=prompt_imports(row["complete_prompt"]))
 
     start = time.monotonic()
     counts: Counter[str] = Counter()

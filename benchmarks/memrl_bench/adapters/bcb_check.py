@@ -21,13 +21,16 @@ stdin. Two processes, so that the program under test never holds the verdict's c
   (`_Machinery`), reads and
   deletes both files. It then executes the solution as module `__test__` (so `if __name__ ==
   "__main__":` blocks stay idle), and the tests in a namespace of their own that holds the
-  solution's names but not its module hooks or builtins; unittest never looks up module-level
+  solution's names but not its module hooks, nor a name of a builtin (a global `open`), with the
+  task prompt's own imports run first (the adapter puts them atop `TESTS.py`: a class the program
+  names `os` is not the tests' `os`); unittest never looks up module-level
   hooks (no `setUpModule`/`tearDownModule`/`load_tests` of the program runs). It runs exactly the test methods found by
   `ast` through references taken before the solution ran; before each test it checks that the
   method is the one compiled from the test file and that nothing changed; after each test, and at
   the end, it checks again. The result object is a plain namespace of closures (no class to find).
   Every function of the solution the tests call is wrapped: a return value holding an object whose
-  class, defined by the program, overrides comparison (or `unittest.mock.ANY`) is flagged.
+  class takes a method the assertions call (comparisons, subtraction, abs, round, len, `in`,
+  `__class__`) from anything but the installation's code for it (or `unittest.mock.ANY`) is flagged.
   The report goes on the pipe with the nonce.
 
 The checker passes a program only if the harness's report carries the nonce, reports every
@@ -47,6 +50,7 @@ import json
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 
 MARKER = "@@BCB-VERDICT@@ "
@@ -76,7 +80,10 @@ _LAZY_MODULES = frozenset({"unittest", "unittest.mock"})  # set names lazily (Is
 _HOOK_NAMES = frozenset({"_profile_hook", "_trace_hook"})  # threading's: None until a hook is set
 _SYS_VOLATILE = frozenset({"stdout", "stderr", "stdin", "path", "argv", "last_type", "last_value", "last_traceback", "last_exc",
                            "tracebacklimit", "ps1", "ps2"})
-_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+# What the assertions call on the values they compare: comparisons, and assertAlmostEqual's
+# subtraction, abs() and round(); `isinstance` reads __class__, assertIn __contains__, len() __len__.
+_CHECKED = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__sub__", "__rsub__", "__abs__", "__round__",
+            "__class__", "__contains__", "__len__")
 # The harness: this file executed into a private namespace with a private copy of builtins.
 _BOOTSTRAP = ("import sys; path = sys.argv[1]; exec(compile(open(path, encoding='utf-8').read(), path, 'exec'), "
               "{'__name__': '__bcb_harness__', '__builtins__': dict(vars(__builtins__))})")
@@ -304,15 +311,18 @@ class _Versions:
 
 
 _GONE = object()
-_GUARD_STATE: tuple[tuple[str, ...], type] = ((), type(None))  # set by `harness` before the program runs
+# (roots, ANY's class, mock.DEFAULT, NonCallableMock, MagicProxy, the code of mock's magic-method wrapper):
+# set by `harness` before the program runs.
+_GUARD_STATE: tuple = ((), type(None), None, type(None), type(None), None)
 
 
 def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, budget: int = 10000) -> str:
-    """Why `value` (a return value of the program) could pass an equality test with no logic, or ''.
+    """Why `value` (a return value of the program) could pass an assertion with no logic, or ''.
 
     Walks lists, tuples, sets and dicts (through C-level methods, so the objects cannot lie about
-    their content); flags `unittest.mock.ANY`, and an object whose class, or metaclass, gets a
-    comparison method from code outside the installation (the program's own).
+    their content); flags `unittest.mock.ANY`, CPython's test helpers, and an object whose class,
+    or metaclass, takes one of the methods the assertions call (`_CHECKED`) from anything but
+    the installation's own code for that method (`_library_method`).
     """
     pending, seen = [value], 0
     while pending and seen < budget:
@@ -326,22 +336,15 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
         dataclass = False
         for owner in (*kind.__mro__, *type(kind).__mro__):
             members = type.__dict__["__dict__"].__get__(owner)
-            for name in _COMPARISONS:
+            for name in _CHECKED:
                 method = members.get(name)
-                if method is None or type(method).__name__ in ("wrapper_descriptor", "method_descriptor"):
+                if method is None:
                     continue
-                codes = [getattr(method, "__code__", None)]
-                if codes[0] is None:  # a descriptor or callable object (mock's MagicProxy, partialmethod):
-                    codes = [getattr(type.__dict__["__dict__"].__get__(base).get(slot), "__code__", None)
-                             for base in type(method).__mro__ for slot in ("__get__", "__call__")]  # its class's code
-                    codes += [getattr(getattr(method, wrapped, None), "__code__", None)  # and what it wraps
-                              for wrapped in ("func", "__func__", "__wrapped__")]
-                files = [code.co_filename for code in codes if code is not None]
-                if ("__dataclass_params__" in members and files == ["<string>"]
-                        and getattr(codes[0], "co_name", "") == name):
+                code = getattr(method, "__code__", None) if isinstance(method, types.FunctionType) else None
+                if ("__dataclass_params__" in members and code is not None and code.co_filename == "<string>"
+                        and code.co_name == name):
                     dataclass = True  # generated by dataclasses: compares the fields, walked below
-                elif not all(isinstance(file, str) and (file.startswith(roots) or file.startswith("<frozen "))
-                             for file in files) or not files and not type(method).__module__ == "builtins":
+                elif not _library_method(item, owner, name, method, roots):
                     return f"an instance of {owner.__qualname__}, a class whose {name} the program defines"
         if issubclass(kind, dict):
             pending += [element for pair in dict.items(item) for element in pair]
@@ -355,6 +358,74 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
             fields = type.__dict__["__dict__"].__get__(kind).get("__dataclass_fields__", {})
             pending += [getattr(item, name, None) for name in fields]
     return ""
+
+
+def _library_method(item: object, owner: type, name: str, method: object, roots: tuple[str, ...]) -> bool:
+    """Whether `method`, in `owner`'s own dict under `name`, is the installation's code for `name`.
+
+    That is: a C slot of that name; or a Python function of the installation defined under that
+    name in that class, in a module of its own (or one of the few helpers the standard library installs
+    under another name: total_ordering's, Fraction's), where the class is the one its module has
+    at its name (a class of the program's cannot borrow `mock._ANY.__eq__`); or such a class's
+    property of the installation's code; or unittest.mock's own magic method, not configured (a
+    mock whose `__eq__` was given a return value equals everything). Anything else (the program's
+    functions, `partialmethod`, `staticmethod`, other properties, callable objects) is not.
+    """
+    if type(method).__name__ in ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method",
+                                 "getset_descriptor"):
+        return getattr(method, "__name__", None) == name
+    _, _, _, mock_class, magic_proxy, mock_method_code = _GUARD_STATE
+    if type(method) is magic_proxy:  # a magic method of a mock, made when first used
+        children = object.__getattribute__(item, "__dict__").get("_mock_children", {})
+        return _unconfigured_mock(children.get(name) if isinstance(children, dict) else None)
+    if issubclass(type(method), mock_class):  # that magic method once made: the child mock itself
+        return _unconfigured_mock(method)
+    if type(method) is property:  # a library class's own (a mock's `__class__`, for its spec)
+        getter = method.fget
+        return (isinstance(getter, types.FunctionType) and isinstance(getter.__code__.co_filename, str)
+                and getter.__code__.co_filename.startswith(roots) and _importable_as_named(owner))
+    if not isinstance(method, types.FunctionType):
+        return False
+    code = method.__code__
+    if code is mock_method_code and method.__closure__:  # mock's wrapper of a magic method set on a mock
+        wrapped = dict(zip(code.co_freevars, (cell.cell_contents for cell in method.__closure__))).get("func")
+        return _unconfigured_mock(wrapped) if issubclass(type(wrapped), mock_class) else False
+    if not (isinstance(code.co_filename, str) and code.co_filename.startswith(roots)):
+        return False
+    base = code.co_filename.rsplit("/", 1)[-1]
+    if (base == "functools.py" and code.co_name.startswith("_") and "_from_" in code.co_name
+            or base == "fractions.py" and code.co_name in ("forward", "reverse")):
+        return _importable_as_named(owner)
+    module = sys.modules.get(method.__module__)  # where it was defined (pandas shows DataFrame as `pandas`'s)
+    return (code.co_name == name and method.__qualname__ == f"{owner.__qualname__}.{name}"
+            and module is not None and method.__globals__ is getattr(module, "__dict__", None)
+            and _importable_as_named(owner))
+
+
+def _unconfigured_mock(child: object) -> bool:
+    """Whether a mock's magic-method child (None: never made) still has mock's own behaviour."""
+    if child is None:
+        return True
+    _, _, mock_default, mock_class, _, _ = _GUARD_STATE
+    if not issubclass(type(child), mock_class):
+        return False
+    state = object.__getattribute__(child, "__dict__")
+    effect = state.get("_mock_side_effect")
+    default_effect = effect is None or (isinstance(effect, types.FunctionType)
+                                        and effect.__code__.co_filename.rsplit("/", 1)[-1] == "mock.py")
+    return state.get("_mock_return_value") is mock_default and state.get("_mock_wraps") is None and default_effect
+
+
+def _importable_as_named(owner: type) -> bool:
+    """Whether `owner` is the class found at its module and qualified name (read through dicts)."""
+    found: object = sys.modules.get(owner.__module__)
+    for part in owner.__qualname__.split("."):
+        space = getattr(found, "__dict__", None) if isinstance(found, types.ModuleType) else (
+            type.__dict__["__dict__"].__get__(found) if isinstance(found, type) else None)
+        if not isinstance(space, (dict, types.MappingProxyType)):
+            return False
+        found = space.get(part)
+    return found is owner
 
 
 def _encoder() -> Callable[[object], str]:
@@ -412,7 +483,9 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     result_base = unittest.TestResult
     format_error, any_type = result_base._exc_info_to_string, type(unittest.mock.ANY)
     class_dict = type.__dict__["__dict__"].__get__
-    globals()["_GUARD_STATE"] = (roots, any_type)  # read by `_guard` from here: in the tagged namespace
+    mock = unittest.mock
+    globals()["_GUARD_STATE"] = (roots, any_type, mock.DEFAULT, mock.NonCallableMock, mock.MagicProxy,
+                                 mock._get_method("__eq__", None).__code__)  # read by `_guard` from here: in the tagged namespace
     machinery.watch("the harness's namespace", globals())
     if isinstance(globals().get("__builtins__"), dict):
         machinery.watch("the harness's builtins", globals()["__builtins__"])
@@ -423,6 +496,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     names = expected_tests(tests)
     members = _class_members(tests)
     protected = {name for name in dir(test_case) if callable(getattr(test_case, name, None))}
+    builtin_names = frozenset(vars(builtins))  # a global `open` of the program's never reaches the tests
 
     def report(**fields: object) -> None:
         data = encode({"nonce": nonce, **fields}).encode()[:REPORT_BYTES]
@@ -446,7 +520,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
                     namespace.update({k: _guard(v, flagged) if isinstance(v, function_type)
                                       and v.__code__.co_filename == PROGRAM_FILE else v
                                       for k, v in module.__dict__.items()
-                                      if not k.startswith("__") and k not in _MODULE_HOOKS})
+                                      if not k.startswith("__") and k not in _MODULE_HOOKS and k not in builtin_names})
                     namespace.update({"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins,
                                       "__warningregistry__": {}})  # warnings update it in place
                 exec(compile(source, PROGRAM_FILE, "exec") if stage == "solution" else tests_code, space)
@@ -553,7 +627,7 @@ def _guard(function: object, flagged: list[str]) -> object:
                 globals()["_FLAGGED"] = reason
                 raise RuntimeError(reason) from None
             raise
-        roots, any_type = _GUARD_STATE
+        roots, any_type = _GUARD_STATE[:2]
         reason = _equals_everything(value, roots, any_type)
         if reason:
             flagged.append(f"{getattr(function, '__name__', '?')} returned {reason}")

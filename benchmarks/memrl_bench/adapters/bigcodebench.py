@@ -20,6 +20,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,17 @@ def extract_code(reply: str) -> str:
 def canonical_program(row: dict[str, Any]) -> str:
     """The reference solution as BigCodeBench checks it: the complete prompt, then the solution."""
     return row["complete_prompt"] + "\n" + row["canonical_solution"]
+
+
+def prompt_imports(prompt: str) -> str:
+    """The top-level import statements of a task's prompt (trusted: they come with the task)."""
+    try:
+        with warnings.catch_warnings():  # prompts hold docstrings with regex escapes
+            warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
+            body = ast.parse(prompt).body
+    except SyntaxError:
+        return ""
+    return "\n".join(ast.unparse(node) for node in body if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
 def format_memories(memories: list[dict[str, Any]]) -> str:
@@ -178,7 +190,8 @@ class BigCodeBench:
 
     def _task(self, row: dict[str, Any]) -> Task:
         query = row["instruct_prompt"] if self.prompt_split == "instruct" else row["complete_prompt"]
-        payload = {"test": row["test"], "entry_point": row["entry_point"], "libs": row["libs"]}
+        payload = {"test": row["test"], "entry_point": row["entry_point"], "libs": row["libs"],
+                   "imports": prompt_imports(row["complete_prompt"])}
         return Task(id=row["task_id"], query=query, payload=payload)
 
     def messages(self, task: Task, memories: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -200,7 +213,7 @@ class BigCodeBench:
     def grade(self, task: Task, reply: str, llm: LLM) -> Episode:
         """The code in `reply` run against the task's tests in the sandbox."""
         code = extract_code(reply)
-        verdict = self.evaluate(code, task.payload["test"])
+        verdict = self.evaluate(code, task.payload["test"], imports=task.payload.get("imports", ""))
         trajectory = (
             f"Task: {task.id}\n\nCode:\n```python\n{code}```\n\n"
             f"Evaluation: {verdict.status}" + (f"\n{verdict.detail}" if verdict.detail else "")
@@ -218,11 +231,13 @@ class BigCodeBench:
             info=info,
         )
 
-    def evaluate(self, code: str, test: str, screened: bool = True) -> Verdict:
+    def evaluate(self, code: str, test: str, screened: bool = True, imports: str = "") -> Verdict:
         """Run `code` against the unittest `test` in a fresh sandbox; classify the outcome.
 
         A program the static screen refuses (`bcb_screen`) never runs: REFUSED. `screened=False`
-        skips the screen (tests of the run-time checks behind it)."""
+        skips the screen (tests of the run-time checks behind it). `imports`, the task prompt's
+        import statements (`prompt_imports`), run before the tests, so that the modules the tests
+        take from the program's namespace are the real ones, whatever the program bound there."""
         try:
             compile(code, "solution.py", "exec")
         except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
@@ -234,7 +249,7 @@ class BigCodeBench:
         workdir = tempfile.mkdtemp(prefix="memrl-bcb-")
         try:
             Path(workdir, "solution.py").write_text(code, encoding="utf-8")
-            Path(workdir, "tests.py").write_text(test, encoding="utf-8")
+            Path(workdir, "tests.py").write_text(imports + "\n" + test if imports else test, encoding="utf-8")
             shutil.copy(CHECKER, Path(workdir, CHECKER.name))
             key = secrets.token_hex(32).encode()
             result = run_sandboxed(

@@ -5,7 +5,9 @@ read-only lower layer, a temporary upper layer on a tmpfs of `disk_mb`) in a pri
 namespace and enters it with `bwrap` (new pid/net/ipc/uts namespaces, own /proc and /dev, no
 network). One long-lived bwrap process per sample holds the namespaces; each script enters them
 from the host (`os_exec.enter_command`, `os_enter.py`), so a background process started by one
-script is still there for the next one and for the check. Scripts run as root with Docker's
+script is still there for the next one and for the check. The agent's scripts run in a PID
+namespace inside the sandbox's (`os_exec.start_agent_namespace`), the check in the sandbox's own:
+it sees the agent's processes, they cannot reach it. Scripts run as root with Docker's
 default capabilities minus CAP_MKNOD (no CAP_SYS_ADMIN: no mounting, no escaping the overlay),
 in a cgroup of the sample's own (`os_cgroup`) where cgroups are writable.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_exec import enter_command, run_captured
+from memrl_bench.environments.os_exec import enter_command, run_captured, start_agent_namespace
 from memrl_bench.environments.os_machine import (PRISTINE, SANDBOX_HOSTNAME, CommandResult, Limits, SandboxError,
                                                  reported_limit)
 from memrl_bench.environments.os_rootfs import INSTALL_HINT
@@ -56,6 +58,7 @@ class BwrapSandbox:
         self._out_of_memory = False  # a script reported running out of memory (the address-space limit)
         try:
             self._pid = self._start(Path(rootfs))
+            self._agent_pid = start_agent_namespace(self._pid, self._cgroup)
         except BaseException:
             self.close()
             raise
@@ -108,7 +111,8 @@ class BwrapSandbox:
         """
         if self._process is None or self._process.poll() is not None:
             raise SandboxError("the LLB OS sandbox is no longer running")
-        command = enter_command(self._pid, self.limits.rlimits(), self._cgroup, trusted, script)
+        target = self._pid if trusted else self._agent_pid  # the check: beyond the reach of the agent's processes
+        command = enter_command(target, self.limits.rlimits(), self._cgroup, trusted, script)
         result = run_captured(command, self.timeout)
         if reported_limit(result) == "memory":
             self._out_of_memory = True

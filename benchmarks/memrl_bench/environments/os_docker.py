@@ -1,9 +1,11 @@
 """The LLB OS machine on Docker: a fresh container per sample, without network and with limits.
 
 `DockerSandbox` runs memrl's Debian image (`docker_images`, the rootfs of `os_rootfs` loaded
-with `docker import`, built on first use) or any image with `bash` and `cat`, and runs each
-script with `docker exec bash -c SCRIPT`, as LLB does; the check enters the container from the
-host instead (`os_exec.enter_command`), with the image's pristine tools.
+with `docker import`, built on first use) or any image with `bash` and `cat`. Scripts enter the
+container from the host (`os_exec.enter_command`), as in `BwrapSandbox`: the agent's in a PID
+namespace inside the container's (`os_exec.start_agent_namespace`), the check in the container's
+own, with the image's pristine tools. Without root on the daemon's machine, every script runs with
+`docker exec bash -c SCRIPT`, as LLB does, and `untrusted_check` says why.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_exec import decode, enter_command, run_captured
+from memrl_bench.environments.os_exec import decode, enter_command, run_captured, start_agent_namespace
 from memrl_bench.environments.os_machine import (MAX_CAPTURED_BYTES, PRISTINE, SANDBOX_HOSTNAME, CommandResult,
                                                  SandboxError, reported_limit)
 
@@ -33,15 +35,16 @@ class DockerSandbox:
     time and files of at most `disk_mb` (rlimits). The container's first process, `cat` under
     Docker's init, reads a stdin that only this process holds (attached, with StdinOnce): when
     this process dies, for any reason, `cat` sees EOF, the container stops and Docker removes
-    it. Each script runs as `docker exec bash -c SCRIPT` as root in `/`; one that runs over its
-    time is killed with its process group (when the daemon shares this machine's pid space).
+    it. Each script runs as root in `/`, entering the container from the host
+    (`benchmarks/memrl_bench/environments/os_enter.py`, as in `BwrapSandbox`) in its cgroups, with its
+    capabilities and rlimits: the agent's in a PID namespace inside the container's, where its
+    processes cannot reach the check's; one that runs over its time is killed with its process group.
 
-    The check (`run(script, trusted=True)`) does not go through `docker exec`, which would run
-    the agent's shell and tools: `pristine`, the host directory holding the image's files
-    (`docker_images.image_files`), is shown read-only at `PRISTINE`, and the check enters the
-    container from the host (`benchmarks/memrl_bench/environments/os_enter.py`, as in `BwrapSandbox`), in its cgroups,
-    with its capabilities, in the trusted view built from `PRISTINE`. That needs root on the
-    daemon's machine; otherwise `untrusted_check` says why and the check runs with `docker exec`.
+    The check (`run(script, trusted=True)`) runs in the container's own PID namespace (it sees the
+    agent's processes) and in the trusted view built from `pristine`, the host directory holding
+    the image's files (`docker_images.image_files`), shown read-only at `PRISTINE`: never with the
+    agent's shell and tools. That needs root on the daemon's machine; otherwise `untrusted_check`
+    says why and every script, the check too, runs with `docker exec bash -c SCRIPT`, as LLB does.
     """
 
     def __init__(self, client: Any, image: str, timeout: float, memory_mb: int = 1024, nproc: int = 256,
@@ -90,6 +93,13 @@ class DockerSandbox:
         )
         if not on_this_machine:
             self._cgroup = None
+        self._agent_pid = 0
+        if self.untrusted_check is None:
+            try:
+                self._agent_pid = start_agent_namespace(self._host_pid, self._cgroup)
+            except SandboxError:
+                self.close()
+                raise
 
     def run(self, script: str, trusted: bool = False) -> CommandResult:
         """Run `script` with `bash -c` as root in `/` (see the class docstring).
@@ -100,8 +110,9 @@ class DockerSandbox:
         leaves holds that file, never the exec's stream (Docker would then report neither this
         exec's end nor later ones').
         """
-        if trusted and self.untrusted_check is None:
-            command = enter_command(self._host_pid, self._check_rlimits, self._cgroup, True, script)
+        if self.untrusted_check is None:  # the check: beyond the reach of the agent's processes
+            target = self._host_pid if trusted else self._agent_pid
+            command = enter_command(target, self._check_rlimits, self._cgroup, trusted, script)
             return self._noted(run_captured(command, self.timeout))
         out = f"/dev/shm/.memrl-out-{uuid.uuid4().hex}"
         started = time.monotonic()

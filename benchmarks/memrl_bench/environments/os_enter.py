@@ -4,6 +4,7 @@ Usage (as root, by `memrl_bench.environments.os_bwrap.BwrapSandbox`, and by `os_
 stdlib only, run with `python -I -S`):
 
     python os_enter.py PID CAPS LIMITS_JSON CGROUP_PROCS_FILES_JSON trusted|untrusted -- PROGRAM ARG...
+    python os_enter.py PID "" {} CGROUP_PROCS_FILES_JSON nest --
 
 Every capability but the comma-separated CAPS numbers is dropped BEFORE the first file of the
 sandbox is executed: `nsenter ... /usr/bin/setpriv` would run the sandbox's own `setpriv`, its
@@ -28,6 +29,13 @@ or by the loader. Every mount point of the view is in a tmpfs of its own, under 
 `PRISTINE`, reached from a pinned working directory, never through a path the agent can change.
 So the agent cannot swap the shell, the tools, the loader, the libraries or the interpreters'
 start-up files the check runs with.
+
+`nest` (once, when the machine starts; PID is the machine's first process) makes the PID
+namespace the agent's scripts run in: a new one inside the machine's, with its own `/proc`, whose
+first process (`_agent_init`, which only reaps orphans) it prints as seen from the host; the
+agent's scripts then enter that process's namespaces. The check enters the machine's own PID
+namespace: it sees the agent's processes (a task may be to leave one running), while no process
+of the agent's can name, hence signal, `ptrace` or read the memory of, any process of the check.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ import ctypes
 import json
 import os
 import resource
+import signal
+import socket
+import struct
 import sys
 from collections.abc import Callable
 
@@ -44,6 +55,13 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAPABILITY_V3 = 0x20080522
 _CLONE_NEWNS = 0x20000
+_CLONE_NEWPID = 0x20000000
+_MNT_DETACH = 2
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_PR_SET_DUMPABLE, _PR_SET_NAME = 4, 15
+# The agent's /proc, as bwrap's --proc and Docker show theirs: these read-only, those hidden.
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+_PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "acpi", "scsi", "asound")
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 _PRISTINE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Under the pristine /usr, these show the agent's new programs too (a task may be to write
@@ -174,9 +192,88 @@ def _trusted_view(libc: ctypes.CDLL) -> None:
     os.chdir("/")
 
 
+def _agent_proc(libc: ctypes.CDLL) -> None:
+    """Replace the machine's /proc, in this process's own mount namespace, by its PID namespace's.
+
+    The agent's processes get the numbers the machine's namespace gives them (where the check
+    looks them up, in a PID file the agent wrote): this process, the first, has its own number
+    there, so the next one is number + 1 in both (the kernel's `ns_last_pid`, where it has one);
+    no process of the machine's own namespace starts while the agent works.
+    """
+    machine_pid = os.readlink("/proc/self")  # the machine's /proc numbers a process as its namespace does
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    if libc.umount2(b"/proc", _MNT_DETACH) != 0:
+        raise OSError(ctypes.get_errno(), "umount of /proc failed")
+    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if os.path.exists("/proc/sys/kernel/ns_last_pid"):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+            handle.write(machine_pid)
+    for entry in _PROC_READ_ONLY:
+        if os.path.exists(f"/proc/{entry}"):
+            _mount(libc, f"/proc/{entry}", f"/proc/{entry}", None, _MS_BIND | _MS_REC)
+            _mount(libc, None, f"/proc/{entry}", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+    for entry in _PROC_MASKED:
+        if os.path.isdir(f"/proc/{entry}"):
+            _mount(libc, "tmpfs", f"/proc/{entry}", "tmpfs", _MS_RDONLY)
+        elif os.path.exists(f"/proc/{entry}"):
+            _mount(libc, "/dev/null", f"/proc/{entry}", None, _MS_BIND)
+
+
+def _agent_init(libc: ctypes.CDLL, reply: socket.socket) -> None:
+    """The first process of the agent's PID namespace: set up its /proc, say its PID, then reap orphans."""
+    try:
+        _agent_proc(libc)
+    except OSError as error:
+        os.write(2, f"memrl: cannot start the agent's namespace: {error}\n".encode())
+        os._exit(125)
+    # The kernel gives the receiver this process's PID as its own namespace numbers it.
+    reply.sendmsg([b"1"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", os.getpid(), 0, 0))])
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, 1 << 16)
+    libc.prctl(_PR_SET_NAME, b"init", 0, 0, 0)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        signal.sigtimedwait({signal.SIGCHLD}, 5)
+
+
+def _nest(libc: ctypes.CDLL, root: int) -> None:
+    """Start the agent's PID namespace (see the module docstring) and print its first process's PID."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    if os.fork() == 0:  # in the machine's PID namespace
+        os.fchdir(root)  # in the machine's root before the copy of its mounts: the copy moves it along
+        os.chroot(".")
+        os.chdir("/")
+        if libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) != 0:
+            os._exit(125)
+        if os.fork() == 0:
+            mine.close()
+            _agent_init(libc, theirs)
+        os._exit(0)
+    theirs.close()
+    os.close(root)
+    os.wait()
+    mine.settimeout(10)
+    _, ancillary, _, _ = mine.recvmsg(1, socket.CMSG_SPACE(12))
+    for level, kind, data in ancillary:
+        if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
+            print(struct.unpack("iII", data)[0], flush=True)
+            os._exit(0)
+    os._exit(125)
+
+
 def main(argv: list[str]) -> None:
     pid, caps, limits, cgroups = int(argv[0]), argv[1], json.loads(argv[2]), json.loads(argv[3])
-    trusted = argv[4] == "trusted"
+    mode = argv[4]
+    trusted = mode == "trusted"
     program = argv[argv.index("--") + 1:]
     keep = {int(cap) for cap in caps.split(",") if cap}
     libc = ctypes.CDLL(None, use_errno=True)
@@ -192,6 +289,8 @@ def main(argv: list[str]) -> None:
         if libc.setns(fd, 0) != 0:
             raise OSError(ctypes.get_errno(), "setns failed")
         os.close(fd)
+    if mode == "nest":
+        _nest(libc, root)
     child = os.fork()
     if child:
         os.close(root)
@@ -213,6 +312,8 @@ def main(argv: list[str]) -> None:
             os._exit(125)
     if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 or not _clear_inheritable(libc):
         os._exit(125)
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these, and exec would keep them ignored
+        signal.signal(number, signal.SIG_DFL)
     os.execve(program[0], program, {})
 
 

@@ -2,7 +2,8 @@
 
 `enter_command` is the host command that runs a script inside the machine through
 `os_enter.py` (its cgroups, rlimits and namespaces, Docker's default capabilities minus
-CAP_MKNOD, and for the check the trusted view of the pristine image); `run_captured` runs a
+CAP_MKNOD, and for the check the trusted view of the pristine image); `start_agent_namespace`
+starts the PID namespace the agent's scripts run in; `run_captured` runs a
 host command with a time limit, keeps at most `MAX_CAPTURED_BYTES` of its output, and kills
 its process group when the time is up.
 """
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult
+from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, SandboxError
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 # The check's interpreters read no start-up file of the agent's: Python neither its user site
@@ -48,6 +49,20 @@ def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trus
         "/usr/bin/env", "-i", f"PATH={TRUSTED_PATH if trusted else SANDBOX_PATH}", "HOME=/root", "USER=root",
         "LOGNAME=root", *(TRUSTED_ENV if trusted else ()), "/usr/bin/bash", "-c", script,
     ]
+
+
+def start_agent_namespace(pid: int, cgroup: Cgroup | None) -> int:
+    """Start the PID namespace the agent's scripts run in, inside that of the machine whose first
+    process is `pid` (`os_enter.py nest`); the host PID of its first process, which scripts enter.
+
+    The check enters `pid` instead: it sees the agent's processes, none of which can reach it.
+    """
+    command = [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), "", "{}",
+               json.dumps(cgroup.procs_files() if cgroup else []), "nest", "--"]
+    started = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    if started.returncode != 0 or not started.stdout.strip().isdigit():
+        raise SandboxError(f"could not start the agent's namespace: {started.stderr.strip()[-300:] or started.returncode}")
+    return int(started.stdout)
 
 
 def run_captured(command: list[str], timeout: float) -> CommandResult:
