@@ -363,13 +363,15 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
 def _library_method(item: object, owner: type, name: str, method: object, roots: tuple[str, ...]) -> bool:
     """Whether `method`, in `owner`'s own dict under `name`, is the installation's code for `name`.
 
-    That is: a C slot of that name; or a Python function of the installation defined under that
-    name in that class, in a module of its own (or one of the few helpers the standard library installs
-    under another name: total_ordering's, Fraction's), where the class is the one its module has
-    at its name (a class of the program's cannot borrow `mock._ANY.__eq__`); or such a class's
-    property of the installation's code; or unittest.mock's own magic method, not configured (a
-    mock whose `__eq__` was given a return value equals everything). Anything else (the program's
-    functions, `partialmethod`, `staticmethod`, other properties, callable objects) is not.
+    That is: a C slot of that name (or a compiled library's function of that name, in an
+    installed module's class); or a Python function of the installation defined under that
+    name in that class, in a module of its own, perhaps under a decorator of the installation's
+    (or one of the few helpers the standard library installs under another name: total_ordering's,
+    Fraction's), where the class is the one its module has at its name (a class of the program's
+    cannot borrow `mock._ANY.__eq__`); or such a class's property of the installation's code; or
+    unittest.mock's own magic method, not configured (a mock whose `__eq__` was given a return
+    value equals everything). Anything else (the program's functions, `partialmethod`,
+    `staticmethod`, other properties, callable objects) is not.
     """
     if type(method).__name__ in ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method",
                                  "getset_descriptor"):
@@ -380,26 +382,46 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
         return _unconfigured_mock(children.get(name) if isinstance(children, dict) else None)
     if issubclass(type(method), mock_class):  # that magic method once made: the child mock itself
         return _unconfigured_mock(method)
+    if type(method).__name__ in ("cython_function_or_method", "fused_cython_function"):  # compiled libraries'
+        homes = [sys.modules.get(place) for place in (getattr(method, "__module__", None), owner.__module__)]
+        return (getattr(method, "__name__", None) == name and _importable_as_named(owner)
+                and all(isinstance(getattr(home, "__file__", None), str) and home.__file__.startswith(roots)
+                        for home in homes))
     if type(method) is property:  # a library class's own (a mock's `__class__`, for its spec)
         getter = method.fget
-        return (isinstance(getter, types.FunctionType) and isinstance(getter.__code__.co_filename, str)
-                and getter.__code__.co_filename.startswith(roots) and _importable_as_named(owner))
+        return (isinstance(getter, types.FunctionType) and _installed_code(getter.__code__, roots)
+                and _importable_as_named(owner))
     if not isinstance(method, types.FunctionType):
         return False
     code = method.__code__
     if code is mock_method_code and method.__closure__:  # mock's wrapper of a magic method set on a mock
         wrapped = dict(zip(code.co_freevars, (cell.cell_contents for cell in method.__closure__))).get("func")
         return _unconfigured_mock(wrapped) if issubclass(type(wrapped), mock_class) else False
-    if not (isinstance(code.co_filename, str) and code.co_filename.startswith(roots)):
+    if not _installed_code(code, roots):
         return False
     base = code.co_filename.rsplit("/", 1)[-1]
     if (base == "functools.py" and code.co_name.startswith("_") and "_from_" in code.co_name
             or base == "fractions.py" and code.co_name in ("forward", "reverse")):
         return _importable_as_named(owner)
-    module = sys.modules.get(method.__module__)  # where it was defined (pandas shows DataFrame as `pandas`'s)
-    return (code.co_name == name and method.__qualname__ == f"{owner.__qualname__}.{name}"
-            and module is not None and method.__globals__ is getattr(module, "__dict__", None)
+    # The module it was defined in, by its import name (pandas shows DataFrame as `pandas`'s,
+    # collections.abc's classes live in `_collections_abc`).
+    inner = method
+    for _ in range(5):  # a library's decorator (functools.wraps): the installation's code all the way in
+        wrapped = inner.__dict__.get("__wrapped__")
+        if wrapped is None:
+            break
+        if not (isinstance(wrapped, types.FunctionType) and _installed_code(wrapped.__code__, roots)):
+            return False
+        inner = wrapped
+    module = sys.modules.get(getattr(inner.__globals__.get("__spec__"), "name", None))
+    return (inner.__code__.co_name == name and method.__qualname__ == f"{owner.__qualname__}.{name}"
+            and module is not None and inner.__globals__ is getattr(module, "__dict__", None)
             and _importable_as_named(owner))
+
+
+def _installed_code(code: types.CodeType, roots: tuple[str, ...]) -> bool:
+    """Whether `code` is the installation's: a file under `roots`, or a module frozen into the interpreter."""
+    return isinstance(code.co_filename, str) and code.co_filename.startswith((*roots, "<frozen "))
 
 
 def _unconfigured_mock(child: object) -> bool:
