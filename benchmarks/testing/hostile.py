@@ -86,7 +86,7 @@ def _sql(*statements: str) -> tuple[str, ...]:
             "Action: Answer\nFinal Answer: []")
 
 
-# A process that attaches to every process started after it (x86-64) and overwrites the code at
+# A process that attaches to the processes started after it (x86-64) and overwrites the code at
 # its instruction pointer with `exit_group(0)`: whatever it was about to do, it exits with 0.
 _PTRACE_EXIT_ZERO = """import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)

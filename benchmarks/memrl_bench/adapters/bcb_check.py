@@ -373,8 +373,8 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
     value equals everything). Anything else (the program's functions, `partialmethod`,
     `staticmethod`, other properties, callable objects) is not.
     """
-    if type(method).__name__ in ("wrapper_descriptor", "method_descriptor", "builtin_function_or_method",
-                                 "getset_descriptor"):
+    if type(method) in (types.WrapperDescriptorType, types.MethodDescriptorType, types.BuiltinFunctionType,
+                        types.GetSetDescriptorType):
         return getattr(method, "__name__", None) == name
     _, _, _, mock_class, magic_proxy, mock_method_code = _GUARD_STATE
     if type(method) is magic_proxy:  # a magic method of a mock, made when first used
@@ -382,7 +382,9 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
         return _unconfigured_mock(children.get(name) if isinstance(children, dict) else None)
     if issubclass(type(method), mock_class):  # that magic method once made: the child mock itself
         return _unconfigured_mock(method)
-    if type(method).__name__ in ("cython_function_or_method", "fused_cython_function"):  # compiled libraries'
+    compiled = type.__dict__["__dict__"].__get__(type(method)).get("__get__")  # a class in C: its slot
+    if (type(method).__name__ in ("cython_function_or_method", "fused_cython_function")  # compiled libraries'
+            and type(compiled) is types.WrapperDescriptorType and compiled.__objclass__ is type(method)):
         homes = [sys.modules.get(place) for place in (getattr(method, "__module__", None), owner.__module__)]
         return (getattr(method, "__name__", None) == name and _importable_as_named(owner)
                 and all(isinstance(getattr(home, "__file__", None), str) and home.__file__.startswith(roots)

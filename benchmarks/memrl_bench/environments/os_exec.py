@@ -61,7 +61,8 @@ def start_agent_namespace(pid: int, cgroup: Cgroup | None) -> int:
                json.dumps(cgroup.procs_files() if cgroup else []), "nest", "--"]
     started = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     if started.returncode != 0 or not started.stdout.strip().isdigit():
-        raise SandboxError(f"could not start the agent's namespace: {started.stderr.strip()[-300:] or started.returncode}")
+        said = [line for line in started.stderr.splitlines() if line.startswith("memrl: ")]
+        raise SandboxError(" ".join(said)[:300] or f"could not start the agent's namespace: {started.stderr[-300:]}")
     return int(started.stdout)
 
 
