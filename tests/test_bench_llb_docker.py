@@ -239,6 +239,23 @@ def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> Non
     assert sandbox.id not in _containers(client)
 
 
+def test_an_untrusted_check_is_refused_unless_accepted(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without root beside the daemon the check would run with the agent's tools: a run stops with
+    one line saying so, unless `untrusted_check` accepts it (then the episode records why)."""
+    from memrl_bench.environments import os_docker
+
+    monkeypatch.setattr(os_docker.os, "geteuid", lambda: 1000)
+    adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10)
+    task = adapter.tasks("train")[0]
+    with pytest.raises(MemrlError, match="cannot be trusted.*needs root"):
+        adapter.run_episode(task, [], None)  # type: ignore[arg-type]
+    accepting = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10, untrusted_check=True)
+    with ScriptedChatServer(scripted({task.query: [finish()]})) as server:
+        episode = accepting.run_episode(task, [], client_for(server))
+    assert not episode.success and "needs root" in episode.info["untrusted_check"]
+    assert hostile.sandbox_containers() == []
+
+
 def test_the_check_never_follows_the_agents_links(client: Any) -> None:
     """Links planted on the loader's and the interpreters' start-up files never reach the check (Docker)."""
     sandbox = SandboxFactory(backend="docker", timeout=20).create()

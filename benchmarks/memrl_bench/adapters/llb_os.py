@@ -82,6 +82,10 @@ class LLBOperatingSystem:
     the Docker image tag (built on first use). Limits of the sandbox, either backend (`os_machine.Limits`):
     `memory_mb` and `nproc` for the whole sample, `cpu_seconds` per process, `disk_mb` written;
     a failed episode that hit one ends as LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_CPU or LIMIT_DISK.
+    `untrusted_check`: run on a Docker daemon where the check cannot be trusted (not on this
+    machine, not as root, an image whose files are not here: the check would run with the agent's
+    own tools, so a reward could be forged); refused by default, the episode's
+    `info["untrusted_check"]` says why when allowed.
     """
 
     name = "llb-os"
@@ -102,6 +106,7 @@ class LLBOperatingSystem:
         nproc: int = Limits.nproc,
         cpu_seconds: int = Limits.cpu_seconds,
         disk_mb: int = Limits.disk_mb,
+        untrusted_check: bool = False,
     ) -> None:
         if int(max_rounds) < 1:
             raise MemrlError(f"llb-os max_rounds must be >= 1, got {max_rounds}")
@@ -112,6 +117,7 @@ class LLBOperatingSystem:
         self.max_output_chars = int(max_output_chars)
         self.data = llb_common.data_dir(data, tuple(SPLIT_FILES.values()))
         self.limit = int(limit) if limit is not None else None
+        self.untrusted_check = bool(untrusted_check)
         image = {"image": docker_image} if docker_image else {}
         limits = Limits(int(memory_mb), int(nproc), int(cpu_seconds), int(disk_mb))
         if min(limits.memory_mb, limits.nproc, limits.cpu_seconds, limits.disk_mb) < 1:
@@ -148,6 +154,12 @@ class LLBOperatingSystem:
             sandbox = self.sandboxes.create()
         except SandboxError as exc:  # the environment's failure, never the agent's
             return _env_error(turns, info, str(exc))
+        reason = getattr(sandbox, "untrusted_check", None)
+        if reason and not self.untrusted_check:
+            sandbox.close()
+            raise MemrlError(f"llb-os: the check cannot be trusted on this Docker daemon ({reason}), so rewards could "
+                             "be forged; run as root beside the daemon, use --option backend=bwrap, or accept it "
+                             "with --option untrusted_check=true")
         try:
             init = sandbox.run(task.payload["init"])
             if init.timed_out or init.exit_code != 0:
