@@ -27,7 +27,7 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import under_ci
 from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
-from test_bench_llb_os import (LIMITED, assert_leftover_processes_cannot_reach_the_check, assert_the_check_ignores_planted_links, bash, client_for, expected_limit_statuses, finish, limit_statuses,
+from test_bench_llb_os import (CHECK_ATTACKS, LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
 from memrl_bench.environments import docker_images, mysql8_compat, mysql_server
@@ -256,25 +256,16 @@ def test_an_untrusted_check_is_refused_unless_accepted(client: Any, monkeypatch:
     assert hostile.sandbox_containers() == []
 
 
-def test_the_check_never_follows_the_agents_links(client: Any) -> None:
-    """Links planted on the loader's and the interpreters' start-up files never reach the check (Docker)."""
+@pytest.mark.parametrize("attack", list(CHECK_ATTACKS))
+def test_the_agent_cannot_reach_the_check(client: Any, attack: str) -> None:
+    """Links planted on the loader's start-up files, processes left running: neither reaches the check (Docker)."""
     sandbox = SandboxFactory(backend="docker", timeout=20).create()
     try:
         assert sandbox.untrusted_check is None
-        assert_the_check_ignores_planted_links(sandbox)
+        CHECK_ATTACKS[attack](sandbox)
     finally:
         sandbox.close()
     assert sandbox.id not in _containers(client)
-
-
-def test_leftover_processes_cannot_reach_the_check(client: Any) -> None:
-    """A background process of the agent's cannot kill, stop or ptrace the check's processes (Docker)."""
-    sandbox = SandboxFactory(backend="docker", timeout=20).create()
-    try:
-        assert sandbox.untrusted_check is None
-        assert_leftover_processes_cannot_reach_the_check(sandbox)
-    finally:
-        sandbox.close()
 
 
 # --------------------------------------------------------------------------- llb-db server
