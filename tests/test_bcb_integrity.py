@@ -29,8 +29,8 @@ RUNTIME = {
     "bcb-module-builtins-swapped": "tests failed",  # the tests' namespace has the real builtins
     "bcb-result-class-by-subclasses": "tests failed",  # the result is a namespace of closures: no class to find
     "bcb-trace-hook": "audit: sys.settrace",
-    "bcb-code-in-the-checker": "without the harness's nonce",
-    "bcb-report-fd-from-argv": "without the harness's nonce",
+    "bcb-code-in-the-checker": "did not sign with its nonce",
+    "bcb-report-fd-from-argv": "did not sign with its nonce",
     "bcb-caller-frame-outcome-flag": "audit: sys._getframe",
     "bcb-equals-everything": "a class whose __eq__ the program defines",
     "bcb-patch-then-restore": "unittest.TestCase (changed, then restored)",
@@ -203,10 +203,21 @@ def test_library_values_are_not_flagged(monkeypatch: pytest.MonkeyPatch) -> None
     assert [bcb_check._equals_everything(value, roots, type(mock.ANY)) for value in values] == [""] * len(values)
 
 
-def test_a_report_without_the_nonce_is_a_forgery() -> None:
-    report = {"stage": "run", "outcomes": {"test_a": "ok"}, "tests_run": 1}
-    assert bcb_check.decide(report, ["test_a"], "exit 0", "n" * 64)["status"] == "FAIL"
-    assert bcb_check.decide({**report, "nonce": "n" * 64}, ["test_a"], "exit 0", "n" * 64)["status"] == "PASS"
+def test_a_report_the_nonce_did_not_sign_is_a_forgery() -> None:
+    """The report carries a MAC under the nonce, never the nonce: a copy read on its way signs nothing else."""
+    import hashlib
+    import hmac
+    import json
+
+    body = json.dumps({"stage": "run", "outcomes": {"test_a": "ok"}, "tests_run": 1}).encode()
+    signed = hmac.new(b"n" * 64, body, hashlib.sha256).hexdigest().encode() + b" " + body
+    assert bcb_check.authentic_report(signed, "n" * 64) == (json.loads(body), True)
+    assert bcb_check.decide(*bcb_check.authentic_report(signed, "n" * 64)[:1], ["test_a"], "exit 0")["status"] == "PASS"
+    for forged in (body, b"0" * 64 + b" " + body, signed.replace(b'"ok"', b'"OK"')):
+        report, authentic = bcb_check.authentic_report(forged, "n" * 64)
+        assert not authentic and bcb_check.decide(report, ["test_a"], "exit 0", authentic)["status"] == "FAIL"
+    assert bcb_check.authentic_report(b"", "n" * 64) == (None, True)  # nothing reported: the program ended first
+
 
 def test_the_checker_imports_no_module_the_report_names(tmp_path, monkeypatch) -> None:
     """A module the report names is looked up on the interpreter's own path, never imported."""
@@ -214,10 +225,10 @@ def test_the_checker_imports_no_module_the_report_names(tmp_path, monkeypatch) -
 
     (tmp_path / "plantedpkg.py").write_text("raise SystemExit('imported')\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # as if the working directory were on the path
-    report = {"nonce": "n", "stage": "solution", "error": "No module named 'plantedpkg.sub'", "module": "plantedpkg.sub"}
-    verdict = bcb_check.decide(report, ["test_a"], "exit 0", "n")
+    report = {"stage": "solution", "error": "No module named 'plantedpkg.sub'", "module": "plantedpkg.sub"}
+    verdict = bcb_check.decide(report, ["test_a"], "exit 0")
     assert verdict["status"] == "MISSING_LIBRARY" and "plantedpkg" not in sys.modules
-    assert bcb_check.decide({**report, "module": "json"}, ["test_a"], "exit 0", "n")["status"] == "RUNTIME_ERROR"
+    assert bcb_check.decide({**report, "module": "json"}, ["test_a"], "exit 0")["status"] == "RUNTIME_ERROR"
 
 
 
@@ -307,3 +318,30 @@ def test_program_globals_never_stand_for_what_the_tests_take_from_the_prompt(ben
     honest = ("import os\ndef task_func(filename):\n    with open(filename, 'w') as handle:\n"
               "        handle.write('done')\n")
     assert bench.evaluate(honest, test, imports="import os").passed
+
+
+# Code passing for the installation's: compiled under an installed file's name (then free to walk
+# frames: the harness took such code for a library's), renamed by importlib's own helper, remade.
+_LIBRARY_FILE = "json.__file__.replace('__init__', 'decoder')"
+@pytest.mark.parametrize("code", [
+    "import json\nb = getattr(print, '__se' + 'lf__')\nns = {}\n"
+    f"getattr(b, 'ex' + 'ec')(getattr(b, 'comp' + 'ile')('def walk():\\n    return 3\\n', {_LIBRARY_FILE}, 'exec'), ns)\n"
+    "def task_func():\n    return ns['walk']()\n",
+    "import importlib, json\nimp = importlib.import_module('_' + 'imp')\nimport dis\ndef walk():\n    return 3\n"
+    f"getattr(imp, '_fix_co_fil' + 'ename')(dis.Bytecode(walk).codeobj, {_LIBRARY_FILE})\n"
+    "def task_func():\n    return walk()\n",
+    "import dis, json\ndef walk():\n    return 3\n"
+    f"code = dis.Bytecode(walk).codeobj.replace(co_filename={_LIBRARY_FILE})\n"
+    "def task_func():\n    return 3\n",
+    "import importlib, marshal, json\ndef walk():\n    return 3\n"
+    "data = marshal.dumps(compile('x = 3', '/usr/lib/python3/x.py', 'exec'))\n"
+    "code = getattr(importlib.import_module('importlib._bootstrap_' + 'external'), '_compile_' + 'bytecode')(data)\n"
+    "def task_func():\n    return 3\n",
+])
+def test_code_passing_for_the_installations_fails(code: str, bench: BigCodeBench) -> None:
+    """Every way to give the program's code an installed file's name is refused (the first forged a
+    PASS with a frame walk to the report's key, past the screen, before 2026-11-26's fifth session)."""
+    test = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+    verdict = bench.evaluate(code, test, screened=False)
+    assert verdict.status == "FAIL" and "audit:" in verdict.detail, verdict
+    assert bench.evaluate("import json, fractions, decimal\ndef task_func():\n    return 3\n", test).passed

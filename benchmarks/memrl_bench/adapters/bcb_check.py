@@ -13,7 +13,7 @@ stdin. Two processes, so that the program under test never holds the verdict's c
   and prints the verdict as the last stdout line, `MARKER <hmac-sha256 hex> <json>`, where the
   json is `{"status": PASS|FAIL|RUNTIME_ERROR|MISSING_LIBRARY, "detail": str, "tests": int,
   "module": str|null}`. A line the key did not sign is a forgery
-  (`memrl_bench.adapters.bigcodebench` scores it FAIL); a report without the nonce is one too.
+  (`memrl_bench.adapters.bigcodebench` scores it FAIL); a report the nonce did not sign is one too.
 * the **harness** (`harness`, in the child) runs from a namespace of its own (this file executed
   into a private dict, so `__main__` holds nothing of it). Before any program code runs it reads
   the nonce, installs an audit hook that cannot be removed (`_audit_hook`), snapshots the namespaces
@@ -31,9 +31,11 @@ stdin. Two processes, so that the program under test never holds the verdict's c
   Every function of the solution the tests call is wrapped: a return value holding an object whose
   class takes a method the assertions call (comparisons, subtraction, abs, round, len, `in`,
   `__class__`) from anything but the installation's code for it (or `unittest.mock.ANY`) is flagged.
-  The report goes on the pipe with the nonce.
+  The report goes on the pipe signed with the nonce (HMAC-SHA256 by OpenSSL's C function, bound
+  before the program ran): the nonce itself never leaves the harness's memory, so a program that
+  puts its own pipe in place of the report's and reads the report learns nothing to sign another.
 
-The checker passes a program only if the harness's report carries the nonce, reports every
+The checker passes a program only if the nonce signed the harness's report, it reports every
 expected test passed, and no tampering, audit violation or flagged value: 0 tests is never
 PASS, an early exit (`sys.exit`, `os._exit`, a crash) leaves tests unreported.
 
@@ -163,10 +165,16 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
     """An audit hook that records (and refuses) what the program may not do once armed.
 
     Always refused: trace, profile and audit hooks, other threads' frames, the collector's object
-    graph. Refused when program code asks (the first caller that is not a frame-returning helper of
-    inspect, traceback or logging comes from a file outside the installation): frames, tracebacks'
-    frames, generators' frames, functions' code, and ctypes beyond loading a library. Refused from
-    anyone: opening a process's memory or descriptors under /proc.
+    graph; code that would pass for the installation's (what decides whether program code asks,
+    below, and whose methods a return value may use): compiling under an installed file's name
+    anything but that file's content, making a code object under such a name, unmarshalling code
+    other than importlib loading an installed file's compiled code, importlib's renaming of code
+    (`_imp._fix_co_filename`) called by anyone else; ctypes beyond loading a library, unless the harness's own code asks (a library would
+    call a foreign function or read an address for the program: a thread's target, a mock's side
+    effect). Refused when program code asks (the first caller that is not a frame-returning helper
+    of inspect, traceback or logging comes from a file outside the installation): frames,
+    tracebacks' frames, generators' frames, functions' code. Refused from anyone: opening a
+    process's memory or descriptors under /proc.
     """
     import _thread
     import inspect
@@ -176,6 +184,11 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
 
     getframe, get_ident, realpath = sys._getframe, _thread.get_ident, os.path.realpath
     roots = _trusted_roots()
+    import _imp
+    import importlib._bootstrap_external as external
+
+    compile_bytecode = external._compile_bytecode.__code__
+    fix_co_filename = _imp._fix_co_filename
     proc = re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(mem|fd|fdinfo|map_files|environ)(/|$)").match
     helpers = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.trace.__code__,
                inspect.getouterframes.__code__, inspect.getinnerframes.__code__, traceback.walk_stack.__code__,
@@ -193,13 +206,64 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
         name = frame.f_code.co_filename
         return not (name == own_file or name.startswith("<frozen ") or name.startswith(roots))
 
+    def installed_name(name: object) -> bool:
+        """Whether a code object under this file name would pass for the installation's."""
+        if not isinstance(name, (str, bytes)):
+            return False
+        name = os.fsdecode(name)
+        return name.startswith(roots) or name.startswith("<frozen ")
+
+    def file_holds(path: object, content: object, offset: int = 0) -> bool:
+        """Whether the installation's file `path` holds exactly `content` (from `offset` on)."""
+        if not isinstance(content, (bytes, bytearray, memoryview, str)) or not isinstance(path, (str, bytes)):
+            return False
+        path = os.fsdecode(path)
+        if not path.startswith(roots) or not os.path.isfile(path):
+            return False
+        with open(path, "rb") as handle:
+            on_disk = handle.read()[offset:]
+        return on_disk == (content.encode() if isinstance(content, str) else bytes(content))
+
+    def fix_filename(code: object, path: object) -> object:
+        """importlib's own renaming of a freshly loaded module's code, and nobody else's."""
+        frame = getframe(1)
+        if frame is None or frame.f_code is not compile_bytecode:
+            violations.append("_imp._fix_co_filename")
+            raise RuntimeError("refused by the BigCodeBench harness: _imp._fix_co_filename")
+        return fix_co_filename(code, path)
+
+    _imp._fix_co_filename = fix_filename
+
+    def harness_asks() -> bool:
+        frame = getframe(2)
+        return frame is not None and frame.f_code.co_filename == own_file
+
     def hook(event: str, args: tuple) -> None:
         if event in _ALWAYS or event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
             refused = True  # a function's code swapped (the harness's own closures included)
         elif event == "open":
             path = args[0]
             refused = isinstance(path, (str, bytes)) and bool(proc(realpath(os.fsdecode(path))))
-        elif event == "sys._getframe" or event.startswith("ctypes.") and event != "ctypes.dlopen" or (
+        elif event == "compile":  # code passing for the installation's must be the installation's file
+            refused = len(args) > 1 and installed_name(args[1]) and not file_holds(args[1], args[0])
+        elif event == "code.__new__":
+            refused = len(args) > 1 and installed_name(args[1])
+        elif event in ("marshal.loads", "marshal.load"):
+            frame = getframe(1)
+            refused = not (event == "marshal.loads" and frame is not None and frame.f_code is compile_bytecode
+                           and file_holds(frame.f_locals.get("bytecode_path"), args[0], 16))
+        elif event.startswith("ctypes.") and event != "ctypes.dlopen":
+            # From anyone but the harness: a library called on the program's behalf (a thread's
+            # target, a mock's side effect) would read or write any memory for it.
+            ident = get_ident()
+            if ident in busy:
+                return
+            busy.add(ident)
+            try:
+                refused = not harness_asks()
+            finally:
+                busy.discard(ident)
+        elif event == "sys._getframe" or (
                 event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRIBUTES):
             ident = get_ident()
             if ident in busy:
@@ -485,7 +549,9 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     import unittest
     import unittest.mock
 
-    nonce = os.read(nonce_fd, 256).decode()
+    from _hashlib import hmac_digest  # C: a patched hmac or hashlib module never sees the key
+
+    report_key = os.read(nonce_fd, 256)
     os.close(nonce_fd)
     write, encode, exit_now, function_type = os.write, _encoder(), os._exit, types.FunctionType
     violations: list[str] = []
@@ -523,7 +589,10 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     builtin_names = frozenset(vars(builtins))  # a global `open` of the program's never reaches the tests
 
     def report(**fields: object) -> None:
-        data = encode({"nonce": nonce, **fields}).encode()[:REPORT_BYTES]
+        # Signed with the nonce, never carrying it: a program that reads the report on its way
+        # (its own pipe put in place of the report's) learns nothing it could sign another with.
+        body = encode(fields).encode()[:REPORT_BYTES]
+        data = hmac_digest(report_key, body, "sha256").hex().encode() + b" " + body
         while data:
             data = data[write(report_fd, data):]
         exit_now(0)
@@ -681,15 +750,30 @@ def _missing_module(error: BaseException) -> str | None:
 # --------------------------------------------------------------------------- the checker (parent)
 
 
-def decide(report: dict | None, names: list[str], exit_text: str, nonce: str = "") -> dict:
-    """The verdict from the harness's report and the expected test names."""
+def authentic_report(raw: bytes, nonce: str) -> tuple[dict | None, bool]:
+    """The harness's report (None: nothing, or nothing readable) and whether the nonce signed it."""
+    mac, _, body = raw.partition(b" ")
+    if not raw:
+        return None, True
+    expected = hmac.new(nonce.encode(), body, hashlib.sha256).hexdigest().encode()
+    if not hmac.compare_digest(mac, expected):
+        return {}, False
+    try:
+        report = json.loads(body)
+    except ValueError:
+        return None, True
+    return (report if isinstance(report, dict) else None), True
+
+
+def decide(report: dict | None, names: list[str], exit_text: str, authentic: bool = True) -> dict:
+    """The verdict from the harness's report (`authentic`: signed with the nonce) and the expected test names."""
     def verdict(status: str, detail: str, tests: int = 0, module: str | None = None) -> dict:
         return {"status": status, "detail": _tail(detail), "tests": tests, "module": module}
 
     if report is None:
         return verdict("RUNTIME_ERROR", f"the program ended before its tests reported ({exit_text})")
-    if not hmac.compare_digest(str(report.get("nonce", "")), nonce):
-        return verdict("FAIL", "a report without the harness's nonce: the program forged its report")
+    if not authentic:
+        return verdict("FAIL", "a report the harness did not sign with its nonce: the program forged its report")
     if report.get("flagged"):  # (its mark in the harness's namespace also shows as a change there)
         return verdict("FAIL", "a return value that passes equality tests with no logic: "
                        + "; ".join(map(str, report["flagged"])))
@@ -782,13 +866,9 @@ def main(solution_path: str, tests_path: str) -> None:
         os.killpg(child.pid, signal.SIGKILL)  # what the program left running in its session
     except (ProcessLookupError, PermissionError):
         pass
-    try:
-        report = json.loads(raw) if raw else None
-    except ValueError:
-        report = None
-    report = report if isinstance(report, dict) else None
+    report, authentic = authentic_report(raw, nonce)
     exit_text = f"exit {code}" if code >= 0 else f"signal {-code}"
-    payload = json.dumps(decide(report, names, exit_text, nonce))
+    payload = json.dumps(decide(report, names, exit_text, authentic))
     sys.stdout.write("\n" + MARKER + sign(key, payload) + " " + payload + "\n")
     sys.stdout.flush()
     os._exit(0)  # nothing of ours to tear down
