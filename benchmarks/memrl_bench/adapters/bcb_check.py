@@ -169,9 +169,9 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
     below, and whose methods a return value may use): compiling under an installed file's name
     anything but that file's content, making a code object under such a name, unmarshalling code
     other than importlib loading an installed file's compiled code, importlib's renaming of code
-    (`_imp._fix_co_filename`) called by anyone else; ctypes beyond loading a library, unless the harness's own code asks (a library would
-    call a foreign function or read an address for the program: a thread's target, a mock's side
-    effect). Refused when program code asks (the first caller that is not a frame-returning helper
+    (`_imp._fix_co_filename`) called by anyone else; ctypes beyond loading a library, unless the
+    harness's own code asks (a library would call a foreign function or read an address for the
+    program: a thread's target, a mock's side effect). Refused when program code asks (the first caller that is not a frame-returning helper
     of inspect, traceback or logging comes from a file outside the installation): frames,
     tracebacks' frames, generators' frames, functions' code. Refused from anyone: opening a
     process's memory or descriptors under /proc.
@@ -469,8 +469,6 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
     if (base == "functools.py" and code.co_name.startswith("_") and "_from_" in code.co_name
             or base == "fractions.py" and code.co_name in ("forward", "reverse")):
         return _importable_as_named(owner)
-    # The module it was defined in, by its import name (pandas shows DataFrame as `pandas`'s,
-    # collections.abc's classes live in `_collections_abc`).
     inner = method
     for _ in range(5):  # a library's decorator (functools.wraps): the installation's code all the way in
         wrapped = inner.__dict__.get("__wrapped__")
@@ -479,6 +477,8 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
         if not (isinstance(wrapped, types.FunctionType) and _installed_code(wrapped.__code__, roots)):
             return False
         inner = wrapped
+    # The module it was defined in, by its import name (pandas shows DataFrame as `pandas`'s,
+    # collections.abc's classes live in `_collections_abc`).
     module = sys.modules.get(getattr(inner.__globals__.get("__spec__"), "name", None))
     return (inner.__code__.co_name == name and method.__qualname__ == f"{owner.__qualname__}.{name}"
             and module is not None and inner.__globals__ is getattr(module, "__dict__", None)
