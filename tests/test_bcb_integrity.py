@@ -345,3 +345,19 @@ def test_code_passing_for_the_installations_fails(code: str, bench: BigCodeBench
     verdict = bench.evaluate(code, test, screened=False)
     assert verdict.status == "FAIL" and "audit:" in verdict.detail, verdict
     assert bench.evaluate("import json, fractions, decimal\ndef task_func():\n    return 3\n", test).passed
+
+
+def test_a_signal_handler_gets_no_frame(bench: BigCodeBench) -> None:
+    """A fourth blind red-team run (2026-11-26) reached the harness's frames through the frame Python
+    hands a signal handler (no audit event), called its `report` and forged 326 of 327 stdlib tasks.
+    The program's handlers now get None; they still run."""
+    forge = ("import os, signal\nFOUND = {}\ndef grab(signum, frame):\n"
+             "    FOUND.update(getattr(getattr(frame, 'f_' + 'back'), 'f_' + 'locals'))\n"
+             "signal.signal(signal.SIGUSR1, grab)\nos.kill(os.getpid(), signal.SIGUSR1)\n"
+             "FOUND['report'](stage='run', outcomes={name: 'ok' for name in FOUND['names']}, tests_run=1)\n"
+             "def task_func():\n    return None\n")
+    test = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+    assert bench.evaluate(forge, test).status != "PASS"
+    honest = ("import os, signal\nGOT = []\nsignal.signal(signal.SIGUSR1, lambda signum, frame: GOT.append(signum))\n"
+              "os.kill(os.getpid(), signal.SIGUSR1)\ndef task_func():\n    return 3 if GOT == [signal.SIGUSR1] else 0\n")
+    assert bench.evaluate(honest, test).passed

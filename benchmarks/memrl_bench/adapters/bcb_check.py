@@ -73,7 +73,7 @@ _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "
 # object, counts (except a name that was None: a lazy cache, such as unittest.mock's file_spec).
 _STRICT_MODULES = frozenset({"unittest", "json", "builtins", "sys", "os", "io", "re", "abc", "types", "functools",
                              "contextlib", "collections", "traceback", "warnings", "difflib", "pprint", "inspect",
-                             "logging", "linecache", "reprlib", "fnmatch", "signal", "_thread", "threading"})
+                             "logging", "linecache", "reprlib", "fnmatch", "signal", "_signal", "_thread", "threading"})
 # Third-party assertion helpers the tests call (np.testing.assert_array_equal, pd.testing.assert_frame_equal):
 # imported before the program runs when the test file names their package, and snapshotted as strictly.
 _ASSERTION_MODULES = ("numpy.testing", "numpy.testing._private.utils", "pandas.testing", "pandas._testing",
@@ -516,6 +516,25 @@ def _importable_as_named(owner: type) -> bool:
     return found is owner
 
 
+def _frameless_signal_handlers() -> None:
+    """Signal handlers the program installs get None for the interrupted frame: Python hands a handler
+    that frame with no audit event, and the harness's frames are below it (`_signal` is snapshotted
+    afterwards, so putting the original function back counts as tampering)."""
+    import _signal
+
+    install = _signal.signal
+
+    def signal(signalnum: int, handler: object) -> object:
+        if callable(handler):
+            program_handler = handler
+
+            def handler(signum: int, frame: object) -> object:  # noqa: F811 (the program's, without the frame)
+                return program_handler(signum, None)  # type: ignore[operator]
+        return install(signalnum, handler)
+
+    _signal.signal = signal
+
+
 def _encoder() -> Callable[[object], str]:
     """A JSON encoder made only of C functions of builtin types, bound now: nothing the program can
     patch later (json's classes and functions, builtins) takes part in writing the report."""
@@ -559,6 +578,7 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
     own_file = os.path.abspath(sys.argv[1])
     roots = _trusted_roots()
     sys.addaudithook(_audit_hook(violations, own_file))
+    _frameless_signal_handlers()
     with open(tests_path, encoding="utf-8") as handle:
         tests = handle.read()
     for name in _ASSERTION_MODULES:  # loaded now, so that the snapshot below holds them before the program runs
