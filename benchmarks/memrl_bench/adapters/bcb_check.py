@@ -171,10 +171,11 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
     other than importlib loading an installed file's compiled code, importlib's renaming of code
     (`_imp._fix_co_filename`) called by anyone else; ctypes beyond loading a library, unless the
     harness's own code asks (a library would call a foreign function or read an address for the
-    program: a thread's target, a mock's side effect). Refused when program code asks (the first caller that is not a frame-returning helper
-    of inspect, traceback or logging comes from a file outside the installation): frames,
-    tracebacks' frames, generators' frames, functions' code. Refused from anyone: opening a
-    process's memory or descriptors under /proc.
+    program: a thread's target, a mock's side effect). Refused when program code asks (the first
+    caller that is not a frame-returning helper of inspect, traceback, logging or asyncio comes
+    from a file outside the installation): frames, tracebacks' frames, generators' and
+    coroutines' frames, functions' code. Refused from anyone: opening a process's memory or
+    descriptors under /proc.
     """
     import _thread
     import inspect
@@ -197,9 +198,14 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
                logging.currentframe.__code__}
     busy: set[int] = set()
 
+    def helper(code: types.CodeType) -> bool:
+        """A frame-returning helper of the library: whoever called it asks (asyncio's, loaded later, by name)."""
+        return code in helpers or (code.co_name == "_task_get_stack" and code.co_filename.startswith(roots)
+                                   and code.co_filename.endswith("/asyncio/base_tasks.py"))
+
     def program_asks() -> bool:
         frame = getframe(2)  # 0: this function, 1: the hook, 2: whoever raised the event
-        while frame is not None and frame.f_code in helpers:
+        while frame is not None and helper(frame.f_code):
             frame = frame.f_back
         if frame is None:
             return False
