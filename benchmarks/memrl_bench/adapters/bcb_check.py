@@ -214,10 +214,7 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
 
     def installed_name(name: object) -> bool:
         """Whether a code object under this file name would pass for the installation's."""
-        if not isinstance(name, (str, bytes)):
-            return False
-        name = os.fsdecode(name)
-        return name.startswith(roots) or name.startswith("<frozen ")
+        return isinstance(name, (str, bytes)) and _installed_file(os.fsdecode(name), roots)
 
     def file_holds(path: object, content: object, offset: int = 0) -> bool:
         """Whether the installation's file `path` holds exactly `content` (from `offset` on)."""
@@ -258,25 +255,16 @@ def _audit_hook(violations: list[str], own_file: str) -> object:
             frame = getframe(1)
             refused = not (event == "marshal.loads" and frame is not None and frame.f_code is compile_bytecode
                            and file_holds(frame.f_locals.get("bytecode_path"), args[0], 16))
-        elif event.startswith("ctypes.") and event != "ctypes.dlopen":
-            # From anyone but the harness: a library called on the program's behalf (a thread's
-            # target, a mock's side effect) would read or write any memory for it.
-            ident = get_ident()
-            if ident in busy:
-                return
-            busy.add(ident)
-            try:
-                refused = not harness_asks()
-            finally:
-                busy.discard(ident)
-        elif event == "sys._getframe" or (
+        elif event.startswith("ctypes.") and event != "ctypes.dlopen" or event == "sys._getframe" or (
                 event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRIBUTES):
             ident = get_ident()
             if ident in busy:
                 return
             busy.add(ident)
             try:
-                refused = program_asks()
+                # ctypes from anyone but the harness: a library called on the program's behalf (a
+                # thread's target, a mock's side effect) would read or write any memory for it.
+                refused = not harness_asks() if event.startswith("ctypes.") else program_asks()
             finally:
                 busy.discard(ident)
         else:
@@ -491,9 +479,14 @@ def _library_method(item: object, owner: type, name: str, method: object, roots:
             and _importable_as_named(owner))
 
 
+def _installed_file(name: str, roots: tuple[str, ...]) -> bool:
+    """Whether a code object's file name is the installation's: under `roots`, or a module frozen into the interpreter."""
+    return name.startswith((*roots, "<frozen "))
+
+
 def _installed_code(code: types.CodeType, roots: tuple[str, ...]) -> bool:
-    """Whether `code` is the installation's: a file under `roots`, or a module frozen into the interpreter."""
-    return isinstance(code.co_filename, str) and code.co_filename.startswith((*roots, "<frozen "))
+    """Whether `code` is the installation's (`_installed_file`)."""
+    return isinstance(code.co_filename, str) and _installed_file(code.co_filename, roots)
 
 
 def _unconfigured_mock(child: object) -> bool:
