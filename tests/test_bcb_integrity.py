@@ -138,9 +138,9 @@ def test_honest_programs_pass_the_run_time_checks(bench: BigCodeBench) -> None:
 @needs_data
 @needs_bwrap
 def test_emptying_the_return_value_checks_own_list_still_fails(bench: BigCodeBench, task_test: str) -> None:
-    """A program that reaches the wrapper's closure (names built at run time) and empties its list of
-    flagged values after each comparison still fails: the flag is also written into the harness's
-    version-tagged namespace."""
+    """A program that reaches the guard's closure (names built at run time) and empties every list it
+    finds there after each comparison still fails: the guard keeps no list, a flagged value ends the test
+    (an exception the assertions let through, and a byte on the enclave's pipe)."""
     code = ("import random, sys\n\nclass Anything:\n    def __eq__(self, other):\n        _forget()\n        return True\n"
             "    def __ne__(self, other):\n        return False\n    def __len__(self):\n        return 0\n"
             "    def __iter__(self):\n        return iter(())\n    def __radd__(self, other):\n        return self\n"
@@ -152,7 +152,7 @@ def test_emptying_the_return_value_checks_own_list_still_fails(bench: BigCodeBen
             "        if type(cell.cell_contents) is list:\n            cell.cell_contents.clear()\n\n"
             "def task_func(length=100):\n    if length < 0:\n        raise ValueError(length)\n    return Anything()\n")
     verdict = bench.evaluate(code, task_test)  # past the screen: every internal name is built at run time
-    assert verdict.status == "FAIL" and "the harness's namespace (changed, then restored)" in verdict.detail, verdict
+    assert verdict.status == "FAIL" and "a class whose __eq__ the program defines" in verdict.detail, verdict
 
 
 def test_equality_checks_of_return_values(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,3 +377,66 @@ def test_asyncio_hands_the_program_no_frame(bench: BigCodeBench) -> None:
     assert verdict.status == "FAIL" and "audit:" in verdict.detail, verdict
     honest = "import asyncio\nasync def main():\n    await asyncio.sleep(0)\n    return 3\ndef task_func():\n    return asyncio.run(main())\n"
     assert bench.evaluate(honest, test).passed
+
+
+_ONE_TEST = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+
+
+def test_a_library_that_reads_frames_for_the_program_reaches_nothing(bench: BigCodeBench) -> None:
+    """pandas' `Scope(level=n)` reads the locals of the frame n levels down for its caller: before
+    2026-11-26's sixth session it handed the program the harness's `report` (a PASS, past the screen).
+    The program's calls now run on a thread of their own: below them is nothing of the tests' or the
+    harness's, and the verdict is not on any Python stack. pandas still reads the program's own frames."""
+    pytest.importorskip("pandas")
+    forge = ("def task_func():\n    from pandas.core.computation.scope import Scope\n    found = []\n"
+             "    for level in range(1, 60):\n        try:\n            scope = Scope(level=level)\n"
+             "        except Exception:\n            break\n"
+             "        found += [value for space in scope.scope.maps for value in space.values() if callable(value)]\n"
+             "        for space in scope.scope.maps:\n            if 'report' in space:\n"
+             "                space['report'](stage='run', outcomes={'test_a': 'ok'}, tests_run=1)\n"
+             "    return None\n")
+    verdict = bench.evaluate(forge, _ONE_TEST, screened=False)  # (the harness's own frame at the bottom: refused)
+    assert verdict.status == "FAIL" and "audit: sys._getframe" in verdict.detail, verdict
+    honest = ("import pandas as pd\ndef task_func():\n    limit = 2\n"
+              "    return int(pd.DataFrame({'a': [1, 2, 3, 4, 5]}).query('a > @limit')['a'].count())\n")
+    assert bench.evaluate(honest, _ONE_TEST, screened=False).passed
+
+
+def test_the_audit_hooks_state_is_out_of_reach(bench: BigCodeBench) -> None:
+    """Before 2026-11-26's sixth session the audit hook shared its closure cells with the function it put
+    in place of `_imp._fix_co_filename`: a program swapped the hook's `sys._getframe` for its own (a
+    cell's contents can be set with no audit event), walked the frames to the report and signed a PASS.
+    The hook now lives in the enclave's private namespace and shares nothing with what it installs."""
+    forge = ("import importlib, sys\nimp = importlib.import_module('_' + 'imp')\n"
+             "def fake(depth=0):\n    return None\n"
+             "for cell in getattr(getattr(imp, '_fix_co_fil' + 'ename'), '__clo' + 'sure__') or ():\n"
+             "    cell.cell_contents = fake\n"
+             "def task_func():\n    frame = getattr(sys, '_get' + 'frame')(1)\n    while frame is not None:\n"
+             "        space = getattr(frame, 'f_' + 'locals')\n        if 'report' in space:\n"
+             "            space['report'](stage='run', outcomes={'test_a': 'ok'}, tests_run=1)\n"
+             "        frame = getattr(frame, 'f_' + 'back')\n")
+    verdict = bench.evaluate(forge, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and "audit: sys._getframe" in verdict.detail, verdict
+
+
+@pytest.mark.parametrize("code", [
+    "import os\ndef task_func():\n    for fd in range(3, 64):\n        try:\n            os.write(fd, b'....')\n"
+    "        except OSError:\n            pass\n    return 2\n",
+    "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'....')\n    except OSError:\n        pass\n"
+    "def task_func():\n    return 2\n",
+])
+def test_bytes_on_the_harness_pipes_pass_nothing(code: str, bench: BigCodeBench) -> None:
+    """The runner parks at each checkpoint until the enclave lets it go (a byte on a pipe): a program that
+    writes on every descriptor lets it skip checkpoints, and a test whose "ok" line was not seen fails."""
+    verdict = bench.evaluate(code, _ONE_TEST, screened=False)
+    assert verdict.status in ("FAIL", "RUNTIME_ERROR"), verdict
+
+
+@pytest.mark.parametrize("code", ["import cffi\nFFI = cffi.FFI()\ndef task_func():\n    return 3\n",
+                                  "import importlib\nimportlib.import_module('_cffi_' + 'backend')\n"
+                                  "def task_func():\n    return 3\n"])
+def test_native_memory_access_is_refused(code: str, bench: BigCodeBench) -> None:
+    """cffi calls C with no audit event (any memory, for instance the enclave's key): its backend never loads."""
+    pytest.importorskip("cffi")
+    verdict = bench.evaluate(code, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and "audit: import" in verdict.detail, verdict

@@ -64,18 +64,22 @@ TESTS_FILE = "__tests__.py"
 _MODULE_HOOKS = frozenset({"load_tests", "setUpModule", "tearDownModule"})  # never copied to the tests' namespace
 _PR_SET_DUMPABLE = 4
 _WATCHED_PACKAGES = ("unittest", "json")  # classes whose dicts are snapshotted too
-# Audit events refused from anyone once the program runs; and those refused when program code asks.
-_ALWAYS = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "sys._current_frames",
-                     "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-                     "sys.monitoring.register_callback"})
-_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "f_back"})
+# Audit events refused from anyone once the program runs (the enclave's own `_current_frames` aside), and
+# the events the hook looks at (besides ctypes' and reads of the frame attributes below).
+_ALWAYS = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
+                     "gc.get_referents", "sys._current_exceptions", "sys.monitoring.register_callback"})
+_WATCHED_EVENTS = _ALWAYS | {"sys._current_frames", "sys._getframe", "open", "import", "compile", "code.__new__",
+                             "marshal.loads", "marshal.load", "object.__setattr__", "bcb.fix_co_filename"}
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__"})  # (f_back raises no event)
+_FLAG_MARK = "flagged: "
+_PATCH_SETTINGS = ("getter", "attribute", "attribute_name", "new", "new_callable", "spec", "spec_set", "autospec")  # a failed test's detail when a return value of the program's was flagged
 # The modules whose code decides a test's outcome, snapshotted: a new name, or a name bound to another
 # object, counts (except a name that was None: a lazy cache, such as unittest.mock's file_spec).
 _STRICT_MODULES = frozenset({"unittest", "json", "builtins", "sys", "os", "io", "re", "abc", "types", "functools",
                              "contextlib", "collections", "traceback", "warnings", "difflib", "pprint", "inspect",
                              "logging", "linecache", "reprlib", "fnmatch", "signal", "_signal", "_thread", "threading"})
 # Third-party assertion helpers the tests call (np.testing.assert_array_equal, pd.testing.assert_frame_equal):
-# imported before the program runs when the test file names their package, and snapshotted as strictly.
+# imported before the program runs when the tests imported their package, and snapshotted as strictly.
 _ASSERTION_MODULES = ("numpy.testing", "numpy.testing._private.utils", "pandas.testing", "pandas._testing",
                       "pandas._testing.asserters")
 _LAZY_MODULES = frozenset({"unittest", "unittest.mock"})  # set names lazily (IsolatedAsyncioTestCase, file_spec)
@@ -161,118 +165,211 @@ def _trusted_roots() -> tuple[str, ...]:
     return tuple(sorted(root.rstrip("/") + "/" for root in roots))
 
 
-def _audit_hook(violations: list[str], own_file: str) -> object:
+class _Probe(Exception):
+    """Raised and caught by the audit hook: its traceback holds the hook's own frame (found without `sys._getframe`)."""
+
+
+def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclave: int,
+                fix_co_filename: Callable[[object, object], None]) -> Callable[[str, tuple], None]:
     """An audit hook that records (and refuses) what the program may not do once armed.
 
-    Always refused: trace, profile and audit hooks, other threads' frames, the collector's object
-    graph; code that would pass for the installation's (what decides whether program code asks,
-    below, and whose methods a return value may use): compiling under an installed file's name
-    anything but that file's content, making a code object under such a name, unmarshalling code
-    other than importlib loading an installed file's compiled code, importlib's renaming of code
-    (`_imp._fix_co_filename`) called by anyone else; ctypes beyond loading a library, unless the
-    harness's own code asks (a library would call a foreign function or read an address for the
-    program: a thread's target, a mock's side effect). Refused when program code asks (the first
-    caller that is not a frame-returning helper of inspect, traceback, logging or asyncio comes
-    from a file outside the installation): frames, tracebacks' frames, generators' and
-    coroutines' frames, functions' code. Refused from anyone: opening a process's memory or
-    descriptors under /proc.
+    It lives in the enclave's namespace (nothing the program can reach names it) and keeps no
+    state a frame of its own would expose: while it runs on a thread, a nested audit event of
+    that thread passes only if it is the hook reading the very object it announced (`reading`),
+    so code run inside the hook (a finalizer, a signal handler) gets no frame and no ctypes.
+
+    Refused from anyone: trace, profile and audit hooks, the collector's object graph, other
+    threads' frames (but for the enclave's own code), opening a process's memory or descriptors
+    under /proc (or a path it cannot read without running the program's code), loading native
+    code from outside the installation or cffi's backend (memory access with no audit event),
+    code that would pass for the installation's or the harness's (compiling under such a file
+    name anything but that file's content, making code objects under it, unmarshalling but
+    importlib's loading of an installed file, renaming code but importlib's own), swapping a
+    function's code or a harness or test function's defaults, ctypes beyond loading a library
+    unless the harness's own code asks. Refused when the program asks (the first caller that
+    is not a frame-returning helper of inspect, traceback, logging or asyncio comes from a file
+    outside the installation and the harness): frames, tracebacks', generators' and coroutines'
+    frames, functions' code. Refused unless the harness or the tests ask (the first caller
+    outside the installation is theirs): a frame on the main thread's or the enclave's stack, or
+    one of the harness's own frames.
     """
     import _thread
     import inspect
     import logging
+    import pathlib
     import re
     import traceback
+    import types
 
-    getframe, get_ident, realpath = sys._getframe, _thread.get_ident, os.path.realpath
-    roots = _trusted_roots()
-    import _imp
     import importlib._bootstrap_external as external
 
+    get_ident, realpath, fsdecode, fspath = _thread.get_ident, os.path.realpath, os.fsdecode, os.fspath
+    roots = _trusted_roots()
     compile_bytecode = external._compile_bytecode.__code__
-    fix_co_filename = _imp._fix_co_filename
     proc = re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(mem|fd|fdinfo|map_files|environ)(/|$)").match
     helpers = {inspect.currentframe.__code__, inspect.stack.__code__, inspect.trace.__code__,
                inspect.getouterframes.__code__, inspect.getinnerframes.__code__, traceback.walk_stack.__code__,
                traceback.walk_tb.__code__, traceback.StackSummary.extract.__func__.__code__,
                traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__,
                logging.currentframe.__code__}
-    busy: set[int] = set()
+    path_types = (pathlib.PurePosixPath, pathlib.PosixPath)  # exact types: their file system path is the installation's
+    owners = (types.FrameType, types.TracebackType, types.GeneratorType, types.CoroutineType,
+              types.AsyncGeneratorType, types.FunctionType)
+    ours = (own_file, TESTS_FILE)
+    reading: dict[int, object] = {}  # thread -> None while the hook runs there, or the object it is reading
+
+    def text(value: object) -> str:
+        """An exact copy of a str (a subclass's own methods never run here), else ''."""
+        return str.__str__(value) if issubclass(type(value), str) else ""
+
+    def name_of(value: object) -> str | None:
+        """A file name given as str or bytes (exact types), else None."""
+        if type(value) is str:
+            return value
+        return fsdecode(value) if type(value) is bytes else None
+
+    def read(owner: object, attribute: str) -> object:
+        """`owner.attribute` read by the hook: the nested audit event names `owner`, and passes."""
+        ident = get_ident()
+        reading[ident] = owner
+        try:
+            return getattr(owner, attribute)
+        finally:
+            reading[ident] = None
+
+    def filename(frame: object) -> str:
+        return text(frame.f_code.co_filename) if frame is not None else ""
+
+    def installed(name: str) -> bool:
+        return name.startswith(roots) or name.startswith("<frozen ")
 
     def helper(code: types.CodeType) -> bool:
         """A frame-returning helper of the library: whoever called it asks (asyncio's, loaded later, by name)."""
-        return code in helpers or (code.co_name == "_task_get_stack" and code.co_filename.startswith(roots)
-                                   and code.co_filename.endswith("/asyncio/base_tasks.py"))
+        return code in helpers or (code.co_name == "_task_get_stack" and installed(text(code.co_filename))
+                                   and text(code.co_filename).endswith("/asyncio/base_tasks.py"))
 
-    def program_asks() -> bool:
-        frame = getframe(2)  # 0: this function, 1: the hook, 2: whoever raised the event
-        while frame is not None and helper(frame.f_code):
+    def raiser() -> object:
+        """The frame that raised the event being checked (the one below the hook's)."""
+        try:
+            raise _Probe
+        except _Probe as probe:
+            trace = probe.__traceback__
+        frame = read(trace, "tb_frame")
+        trace = None
+        while frame.f_code is not hook_code:
             frame = frame.f_back
-        if frame is None:
-            return False
-        name = frame.f_code.co_filename
-        return not (name == own_file or name.startswith("<frozen ") or name.startswith(roots))
+        return frame.f_back
 
-    def installed_name(name: object) -> bool:
-        """Whether a code object under this file name would pass for the installation's."""
-        return isinstance(name, (str, bytes)) and _installed_file(os.fsdecode(name), roots)
+    def asker(frame: object, past_installation: bool) -> object:
+        """The first frame from `frame` down that is not a helper (nor, if asked, the installation's)."""
+        while frame is not None and (helper(frame.f_code) or past_installation and installed(filename(frame))):
+            frame = frame.f_back
+        return frame
+
+    def guarded(frame: object) -> bool:
+        """A harness frame, or one on the main thread's stack (the tests') or the enclave's."""
+        if filename(frame) == own_file:
+            return True
+        while frame is not None:
+            if frame.f_code in anchors:
+                return True
+            frame = frame.f_back
+        return False
 
     def file_holds(path: object, content: object, offset: int = 0) -> bool:
         """Whether the installation's file `path` holds exactly `content` (from `offset` on)."""
-        if not isinstance(content, (bytes, bytearray, memoryview, str)) or not isinstance(path, (str, bytes)):
-            return False
-        path = os.fsdecode(path)
-        if not path.startswith(roots) or not os.path.isfile(path):
+        path = name_of(path)
+        if type(content) not in (bytes, str) or path is None or not path.startswith(roots) or not os.path.isfile(path):
             return False
         with open(path, "rb") as handle:
             on_disk = handle.read()[offset:]
-        return on_disk == (content.encode() if isinstance(content, str) else bytes(content))
+        return on_disk == (content.encode() if type(content) is str else content)
 
-    def fix_filename(code: object, path: object) -> object:
-        """importlib's own renaming of a freshly loaded module's code, and nobody else's."""
-        frame = getframe(1)
-        if frame is None or frame.f_code is not compile_bytecode:
-            violations.append("_imp._fix_co_filename")
-            raise RuntimeError("refused by the BigCodeBench harness: _imp._fix_co_filename")
-        return fix_co_filename(code, path)
+    def refused_open(path: object) -> bool:
+        if issubclass(type(path), int):
+            return False  # a descriptor already open
+        if type(path) in path_types:
+            path = fspath(path)
+        name = name_of(path)
+        return name is None or bool(proc(realpath(name)))  # a path-like of the program's own: not read here
 
-    _imp._fix_co_filename = fix_filename
+    def frame_request(event: str, args: tuple, ident: int) -> bool:
+        """Whether to refuse handing out a frame (or a function's code)."""
+        attribute = text(args[1]) if event == "object.__getattr__" and len(args) > 1 else ""
+        if event == "object.__getattr__" and type(args[0]) not in owners:
+            return False
+        exposed = args[0] if event == "sys._getframe" else read(args[0], attribute)
+        frame = raiser()
+        if ident == enclave:
+            return filename(frame) != own_file
+        first = asker(frame, False)
+        if first is not None and not (filename(first) == own_file or installed(filename(first))):
+            return True  # the program asks
+        if attribute == "__code__":
+            return False  # a library reading a function's code for the program (inspect.signature of a callback)
+        return exposed is not None and guarded(exposed) and filename(asker(frame, True)) not in ours
 
-    def harness_asks() -> bool:
-        frame = getframe(2)
-        return frame is not None and frame.f_code.co_filename == own_file
+    def check(event: str, args: tuple, ident: int) -> bool:
+        """Whether to refuse `event` (see `_audit_hook`)."""
+        if event in _ALWAYS:
+            return True
+        if event == "sys._current_frames":
+            return not (ident == enclave and filename(raiser()) == own_file)
+        if event == "open":
+            return refused_open(args[0])
+        if event == "import":
+            native = args[1] if len(args) > 1 else None
+            return text(args[0]) == "_cffi_backend" or (native is not None and not installed(name_of(native) or ""))
+        if event == "compile":
+            name = name_of(args[1]) if len(args) > 1 else None
+            if name is None or name in ours:
+                return not (name in ours and filename(raiser()) == own_file)
+            return installed(name) and not file_holds(name, args[0])
+        if event == "code.__new__":
+            name = name_of(args[1]) if len(args) > 1 else None
+            return name is None or name in ours or installed(name)
+        if event in ("marshal.loads", "marshal.load"):
+            frame = raiser()
+            return not (event == "marshal.loads" and frame is not None and frame.f_code is compile_bytecode
+                        and file_holds(frame.f_locals.get("bytecode_path"), args[0], 16))
+        if event == "bcb.fix_co_filename":  # importlib's own renaming of a freshly loaded module's code
+            frame = raiser().f_back  # the harness's stand-in for _imp._fix_co_filename, then its caller
+            if frame is None or frame.f_code is not compile_bytecode:
+                return True
+            fix_co_filename(args[0], args[1])
+            return False
+        if event == "object.__setattr__":
+            attribute = text(args[1]) if len(args) > 1 else ""
+            if attribute == "__code__":
+                return True
+            return (attribute in ("__defaults__", "__kwdefaults__") and type(args[0]) is types.FunctionType
+                    and text(read(args[0], "__code__").co_filename) in ours)
+        if event.startswith("ctypes."):
+            return event != "ctypes.dlopen" and filename(raiser()) != own_file
+        return frame_request(event, args, ident)
 
     def hook(event: str, args: tuple) -> None:
-        if event in _ALWAYS or event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
-            refused = True  # a function's code swapped (the harness's own closures included)
-        elif event == "open":
-            path = args[0]
-            refused = isinstance(path, (str, bytes)) and bool(proc(realpath(os.fsdecode(path))))
-        elif event == "compile":  # code passing for the installation's must be the installation's file
-            refused = len(args) > 1 and installed_name(args[1]) and not file_holds(args[1], args[0])
-        elif event == "code.__new__":
-            refused = len(args) > 1 and installed_name(args[1])
-        elif event in ("marshal.loads", "marshal.load"):
-            frame = getframe(1)
-            refused = not (event == "marshal.loads" and frame is not None and frame.f_code is compile_bytecode
-                           and file_holds(frame.f_locals.get("bytecode_path"), args[0], 16))
-        elif event.startswith("ctypes.") and event != "ctypes.dlopen" or event == "sys._getframe" or (
-                event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRIBUTES):
-            ident = get_ident()
-            if ident in busy:
-                return
-            busy.add(ident)
-            try:
-                # ctypes from anyone but the harness: a library called on the program's behalf (a
-                # thread's target, a mock's side effect) would read or write any memory for it.
-                refused = not harness_asks() if event.startswith("ctypes.") else program_asks()
-            finally:
-                busy.discard(ident)
-        else:
+        if not (event in _WATCHED_EVENTS or event.startswith("ctypes.")
+                or event == "object.__getattr__" and len(args) > 1 and text(args[1]) in _FRAME_ATTRIBUTES):
             return
+        ident = get_ident()
+        if ident in reading:  # raised while the hook runs on this thread
+            if event == "object.__getattr__" and args[0] is reading[ident]:
+                return  # the hook's own read
+            if event == "open" and not refused_open(args[0]) or event in ("compile", "import"):
+                return  # the hook opens installed files (and code run inside it gains nothing by these)
+            refused = True
+        else:
+            reading[ident] = None
+            try:
+                refused = check(event, args, ident)
+            finally:
+                del reading[ident]
         if refused:
-            violations.append(event if event != "open" else f"open {os.fsdecode(args[0])!r}")
+            violations.append(event if event not in ("open", "compile") else f"{event} {text(args[0 if event == 'open' else 1]) or type.__dict__['__name__'].__get__(type(args[0 if event == 'open' else 1]))}")
             raise RuntimeError(f"refused by the BigCodeBench harness: {event}")
 
+    hook_code = hook.__code__
     return hook
 
 
@@ -309,12 +406,17 @@ class _Machinery:
         self.tagged.append((name, space))
         self.tags.append(self.versions.read(space))
 
+    def retag(self, space: dict) -> None:
+        """Take `space`'s present version tag as its baseline (the harness itself has just written to it)."""
+        self.tags = [self.versions.read(obj) if obj is space else tag for (_, obj), tag in zip(self.tagged, self.tags)]
+
     def changes(self) -> list[str]:
         """What differs from the snapshot. Allowed: new submodules, warning registries, sys's streams,
         new builtins, names that were None (lazy caches; not threading's hooks)."""
-        found = [f"sys.modules[{name!r}]" for name, module in self.modules.items() if sys.modules.get(name) is not module]
+        modules = _modules()
+        found = [f"sys.modules[{name!r}]" for name, module in self.modules.items() if modules.get(name) is not module]
         found += [f"{package}.{attr}" for package, attr, module in self.attributes
-                  if vars(sys.modules.get(package, sys)).get(attr) is not module]
+                  if vars(modules.get(package, sys)).get(attr) is not module]
         for name, before in self.module_dicts.items():
             now = vars(self.modules[name])
             volatile = _SYS_VOLATILE if name == "sys" else ()
@@ -515,10 +617,11 @@ def _importable_as_named(owner: type) -> bool:
     return found is owner
 
 
-def _frameless_signal_handlers() -> None:
+def _frameless_signal_handlers(on_main: Callable[..., object]) -> None:
     """Signal handlers the program installs get None for the interrupted frame: Python hands a handler
     that frame with no audit event, and the harness's frames are below it (`_signal` is snapshotted
-    afterwards, so putting the original function back counts as tampering)."""
+    afterwards, so putting the original function back counts as tampering). Installed from the
+    program's thread, a handler is installed by the main thread (`on_main`), where Python runs them."""
     import _signal
 
     install = _signal.signal
@@ -529,7 +632,7 @@ def _frameless_signal_handlers() -> None:
 
             def handler(signum: int, frame: object) -> object:  # noqa: F811 (the program's, without the frame)
                 return program_handler(signum, None)  # type: ignore[operator]
-        return install(signalnum, handler)
+        return on_main(install, signalnum, handler)
 
     _signal.signal = signal
 
@@ -560,202 +663,556 @@ def _encoder() -> Callable[[object], str]:
     return encode
 
 
+def _runner(count: int) -> tuple[str, dict[int, tuple[str, int]]]:
+    """The runner's source and, for each line that parks it, which checkpoint that line is.
+
+    Straight-line code (no loop: every checkpoint has a line of its own). A test's "ok" line is
+    only reached when that test's run returned; the enclave reads the line the runner is on."""
+    lines = ["def runner(park, prepare, load, begin, run, end, describe, missing):"]
+    parks: dict[int, tuple[str, int]] = {}
+
+    def emit(depth: int, text: str) -> None:
+        lines.append("    " * depth + text)
+
+    def park(depth: int, kind: str, index: int = -1) -> None:
+        parks[len(lines) + 1] = (kind, index)
+        emit(depth, "park()")
+
+    def attempt(step: str, kind: str) -> None:
+        emit(1, "try:")
+        emit(2, step)
+        emit(1, "except BaseException as error:")
+        emit(2, "detail, module = describe(error), missing(error)")
+        park(2, kind)
+        emit(2, "return")
+
+    attempt("entries, watch = prepare()", "tests_failed")
+    park(1, "before_program")
+    attempt("entries, added, later = load(entries)", "program_failed")
+    park(1, "loaded")
+    attempt("begin()", "class_failed")
+    for index in range(count):
+        park(1, "before", index)
+        emit(1, "try:")
+        emit(2, f"run(entries[{index}])")
+        emit(1, "except BaseException as error:")
+        emit(2, "detail, module = describe(error), missing(error)")
+        park(2, "fail", index)
+        emit(1, "else:")
+        park(2, "ok", index)
+    attempt("end()", "end_failed")
+    park(1, "done")
+    return "\n".join(lines) + "\n", parks
+
+
+def _enclave(nonce_fd: int, report_fd: int, wake_fd: int, gate_fd: int, flag_fd: int, main_ident: int,
+             runner_code: types.CodeType, parks: dict[int, tuple[str, int]], names: list[str],
+             violations: list[str]) -> None:
+    """The enclave thread: holds the nonce, watches the runner, writes the signed report, ends the process.
+
+    Runs in the harness's second, private namespace and never calls the program's code (nor
+    hands it anything): nothing on this thread's stack is reachable from the program. At each
+    park of the runner (main thread) it reads the runner's line, checks the machinery at that
+    checkpoint and lets the runner go on (one byte on the gate pipe). A test passes only if the
+    runner was seen on its "ok" line with nothing changed: a park the program lets the runner
+    skip leaves that test unreported, a failure."""
+    import select
+
+    from _hashlib import hmac_digest  # C: a patched hmac or hashlib module never sees the key
+
+    key = os.read(nonce_fd, 256)
+    os.close(nonce_fd)
+    frames, wait, read, write, exit_now = sys._current_frames, select.select, os.read, os.write, os._exit
+    encode = _encoder()
+    runner = None
+    handled: set[int] = set()
+    outcomes: dict[str, str] = {}
+    problem: list[str] = []
+    tampered: list[str] = []
+    flagged: list[str] = []
+    missing: list[str] = []
+    watch: _Watch | None = None
+
+    def report(**fields: object) -> None:
+        fields.update(flagged=flagged[:5], tampered=(tampered + [f"audit: {v}" for v in violations[:5]])[:20],
+                      module=missing[0] if missing else None)
+        body = encode(fields).encode()[:REPORT_BYTES]
+        data = hmac_digest(key, body, "sha256").hex().encode() + b" " + body
+        while data:
+            data = data[write(report_fd, data):]
+        exit_now(0)
+
+    def drain(fd: int) -> bytes:
+        try:
+            return read(fd, 4096)
+        except BlockingIOError:
+            return b""
+
+    def local(name: str) -> str:
+        value = runner.f_locals.get(name)  # type: ignore[union-attr]
+        return str.__str__(value) if issubclass(type(value), str) else ""
+
+    def changes() -> list[str]:
+        if watch is None:
+            return ["the checks before the program ran were skipped"]
+        found = watch.changes()
+        tampered.extend(change for change in found if change not in tampered)
+        return found
+
+    while True:
+        wait([wake_fd, flag_fd], [], [], 0.05)
+        drain(wake_fd)
+        if drain(flag_fd) and not flagged:
+            flagged.append("a flagged return value (the flag was caught by the tests)")
+        top = frames().get(main_ident)
+        found, frame = None, top
+        while frame is not None:
+            if frame.f_code is runner_code:
+                found = frame
+                break
+            frame = frame.f_back
+        if runner is None:
+            runner = found
+            if runner is None:
+                if top is None:
+                    report(stage="run", error="the program ended the harness's main thread")
+                continue
+        elif found is not runner:
+            report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
+                   problem=problem[0] if problem else "the runner stopped before the last test")
+        line = runner.f_lineno
+        if line in handled or line not in parks:
+            continue
+        handled.add(line)
+        kind, index = parks[line]
+        name = names[index] if 0 <= index < len(names) else ""
+        if kind in ("tests_failed", "program_failed", "class_failed", "end_failed", "fail"):
+            detail, module = local("detail"), local("module")
+            if module and module not in missing:
+                missing.append(module)
+            if detail.startswith(_FLAG_MARK):
+                flagged.append(detail[len(_FLAG_MARK):])
+            if kind != "fail":
+                changes()
+                report(stage={"tests_failed": "tests", "program_failed": "solution"}.get(kind, "run"),
+                       error=detail, outcomes=outcomes)
+            outcomes[name] = "tampered" if outcomes.get(name) == "tampered" else "fail"
+            if not problem:
+                problem.append(f"{name}: {detail}")
+        elif kind == "before_program":
+            watch = _Watch(runner.f_locals.get("watch"))
+        elif kind == "loaded":
+            if watch is not None:
+                watch.admit(runner.f_locals.get("added"), runner.f_locals.get("later"))
+            changes()
+        elif kind in ("before", "ok"):
+            if changes():
+                outcomes[name] = "tampered"
+                if not problem:
+                    problem.append(f"{name}: the test machinery or the test changed")
+            elif kind == "ok" and name not in outcomes:
+                outcomes[name] = "ok"
+        elif kind == "done":
+            changes()
+            report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
+                   problem=_tail(problem[0] if problem else ""))
+        write(gate_fd, b".")
+
+
+class _Watch:
+    """What the enclave checks at each checkpoint: the machinery (`_Machinery`), every module loaded
+    before the program ran (`sys.modules`), the namespaces the tests run from, the tests' own
+    functions (closures, defaults, mock's patchings) and the test cases' instance attributes."""
+
+    def __init__(self, spec: object) -> None:
+        spec = spec if type(spec) is dict else {}
+        self.machinery = _Machinery()
+        spaces = spec.get("spaces", {})
+        self.spaces = {label: (space, dict(space)) for label, space in spaces.items() if type(space) is dict}
+        for label, (space, _) in self.spaces.items():
+            self.machinery.watch(label, space)
+        self.modules = dict(_modules())
+        self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(spec)]
+        self.instances = tuple(spec.get("instances", ()))
+        self.protected = frozenset(spec.get("protected", ()))
+
+    def admit(self, added: object, later: object) -> None:
+        """Take the names the harness put into the tests' namespace after the program ran (`added`: the
+        program's; and the tests' own when their module code needed the program's names, `later`
+        then describing the tests as `__init__`'s spec does) as the new baseline."""
+        label = "the tests' namespace"
+        if type(added) is not dict or label not in self.spaces:
+            return
+        space, before = self.spaces[label]
+        if all(space.get(key, _GONE) is value for key, value in added.items()):
+            self.spaces[label] = (space, {**before, **added})
+            self.machinery.retag(space)
+        if type(later) is dict:
+            self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(later)]
+            self.instances = tuple(later.get("instances", ()))
+            self.protected = frozenset(later.get("protected", ()))
+
+    def changes(self) -> list[str]:
+        found = self.machinery.changes()
+        modules = _modules()
+        found += [f"sys.modules[{name!r}]" for name, module in self.modules.items() if modules.get(name) is not module]
+        for label, (space, before) in self.spaces.items():
+            found += [f"{label}: {key}" for key, value in before.items() if space.get(key, _GONE) is not value]
+            found += [f"{label}: {key} (added)" for key in list(space) if key not in before]
+        found += [f"{label} (its closure, defaults or patches)" for label, function, state in self.functions
+                  if not _same(_function_state(function), state)]
+        found += [f"a test case's {name}" for case in self.instances for name in list(vars(case)) if name in self.protected]
+        return found
+
+
+def _modules() -> dict:
+    """`sys.modules` if it is still a plain dict, else an empty one (everything then counts as changed)."""
+    modules = vars(sys).get("modules")
+    return modules if type(modules) is dict else {}
+
+
+def _test_functions(spec: dict) -> list[tuple[str, types.FunctionType]]:
+    """The functions the tests run: the test file's own and the test class's (mock.patch's wrappers), unwrapped."""
+    found: list[tuple[str, types.FunctionType]] = []
+    cases = spec.get("cases")
+    members = type.__dict__["__dict__"].__get__(cases) if isinstance(cases, type) else {}
+    space = spec.get("spaces", {}).get("the tests' namespace", {})
+    for label, value in [*(("TestCases." + key, value) for key, value in members.items()), *space.items()]:
+        depth = 0
+        while type(value) is types.FunctionType and depth < 10:
+            if label.startswith("TestCases.") or value.__code__.co_filename == TESTS_FILE:
+                found.append((str(label), value))
+            value, depth = value.__dict__.get("__wrapped__"), depth + 1
+    return found
+
+
+def _function_state(function: types.FunctionType) -> tuple:
+    """What a function's behaviour depends on besides its code (which cannot change): defaults,
+    closure cells, attributes and mock's patchings (each `_patch`'s attributes)."""
+    cells = []
+    for cell in function.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(_GONE)
+    patchings = function.__dict__.get("patchings")
+    patches = tuple(patchings) if type(patchings) is list else ()
+    settings = tuple((*(vars(patch).get(name) for name in _PATCH_SETTINGS), tuple(dict(vars(patch).get("kwargs") or {}).items()))
+                     for patch in patches)  # (`create` changes as mock patches a builtin: left out)
+    return (function.__defaults__, tuple((function.__kwdefaults__ or {}).items()), tuple(cells),
+            tuple(function.__dict__.items()), patches, settings)
+
+
+def _same(first: tuple, second: tuple) -> bool:
+    """Whether two states hold the very same objects (tuples compared element by element)."""
+    if len(first) != len(second):
+        return False
+    for one, other in zip(first, second):
+        if type(one) is tuple and type(other) is tuple:
+            if not _same(one, other):
+                return False
+        elif one is not other:
+            return False
+    return True
+
+
 def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) -> None:
-    """Run the solution's tests (see module docstring) and write the report on `report_fd`."""
+    """Run the solution's tests (see module docstring); the enclave writes the report on `report_fd`."""
+    import _imp
+    import _thread
     import builtins
     import types
     import unittest
     import unittest.mock
 
-    from _hashlib import hmac_digest  # C: a patched hmac or hashlib module never sees the key
-
-    report_key = os.read(nonce_fd, 256)
-    os.close(nonce_fd)
-    write, encode, exit_now, function_type = os.write, _encoder(), os._exit, types.FunctionType
-    violations: list[str] = []
-    flagged: list[str] = []
     own_file = os.path.abspath(sys.argv[1])
-    roots = _trusted_roots()
-    sys.addaudithook(_audit_hook(violations, own_file))
-    _frameless_signal_handlers()
+    with open(own_file, encoding="utf-8") as handle:  # the enclave's namespace: nothing the program reaches names it
+        enclave_space: dict = {"__name__": "__bcb_enclave__", "__builtins__": dict(vars(builtins))}
+        exec(compile(handle.read(), own_file, "exec"), enclave_space)
     with open(tests_path, encoding="utf-8") as handle:
         tests = handle.read()
-    for name in _ASSERTION_MODULES:  # loaded now, so that the snapshot below holds them before the program runs
-        package = name.partition(".")[0]
-        if re.search(rf"\b(import|from)\s+{package}\b", tests) and _installed(package):
-            try:
-                __import__(name)
-            except ImportError:
-                pass
-    machinery = _Machinery()
-    test_case, test_suite, suite_run = unittest.TestCase, unittest.TestSuite, unittest.TestSuite.run
-    result_base = unittest.TestResult
-    format_error, any_type = result_base._exc_info_to_string, type(unittest.mock.ANY)
-    class_dict = type.__dict__["__dict__"].__get__
-    mock = unittest.mock
-    globals()["_GUARD_STATE"] = (roots, any_type, mock.DEFAULT, mock.NonCallableMock, mock.MagicProxy,
-                                 mock._get_method("__eq__", None).__code__)  # read by `_guard` from here: in the tagged namespace
-    machinery.watch("the harness's namespace", globals())
-    if isinstance(globals().get("__builtins__"), dict):
-        machinery.watch("the harness's builtins", globals()["__builtins__"])
     with open(solution_path, encoding="utf-8") as handle:
         solution = handle.read()
     for path in (solution_path, tests_path):  # the program finds no test file to read
         os.unlink(path)
+    _make_undumpable()  # this process's memory and descriptors under /proc: not even its own to open
     names = expected_tests(tests)
-    members = _class_members(tests)
-    protected = {name for name in dir(test_case) if callable(getattr(test_case, name, None))}
-    builtin_names = frozenset(vars(builtins))  # a global `open` of the program's never reaches the tests
-
-    def report(**fields: object) -> None:
-        # Signed with the nonce, never carrying it: a program that reads the report on its way
-        # (its own pipe put in place of the report's) learns nothing it could sign another with.
-        body = encode(fields).encode()[:REPORT_BYTES]
-        data = hmac_digest(report_key, body, "sha256").hex().encode() + b" " + body
-        while data:
-            data = data[write(report_fd, data):]
-        exit_now(0)
-
-    def tampering() -> list[str]:
-        return [f"audit: {v}" for v in violations[:5]] + machinery.changes()
-
+    source, parks = _runner(len(names))
+    scope: dict = {}
+    exec(compile(source, own_file, "exec"), scope)
+    runner = scope["runner"]
+    tests_code = compile(tests, TESTS_FILE, "exec")
+    wake_read, wake_write = os.pipe()
+    gate_read, gate_write = os.pipe()
+    flag_read, flag_write = os.pipe()
+    for fd in (wake_read, wake_write, flag_read, flag_write):
+        os.set_blocking(fd, False)
+    violations: list[str] = []
+    enclave = _thread.start_new_thread(enclave_space["_enclave"], (
+        nonce_fd, report_fd, wake_read, gate_write, flag_read, _thread.get_ident(), runner.__code__, parks, names,
+        violations))
+    anchors = frozenset({sys._getframe().f_code, enclave_space["_enclave"].__code__})
+    sys.addaudithook(enclave_space["_audit_hook"](violations, own_file, anchors, enclave, _imp._fix_co_filename))
+    _imp._fix_co_filename = _fix_co_filename
+    enclave_space = {}
+    call, on_main = _program_thread()
+    _frameless_signal_handlers(on_main)
+    _shared_sqlite()
+    mock = unittest.mock
+    globals()["_GUARD_STATE"] = (_trusted_roots(), type(mock.ANY), mock.DEFAULT, mock.NonCallableMock, mock.MagicProxy,
+                                 mock._get_method("__eq__", None).__code__)  # read by `_equals_everything`
     module = types.ModuleType("__test__")
     module.__dict__.update({"__file__": PROGRAM_FILE, "__builtins__": builtins, "sys": sys, "os": os,
                             "environ": os.environ})
     sys.modules["__test__"] = module
-    namespace: dict[str, object] = {}
+    namespace: dict[str, object] = {"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins,
+                                    "__warningregistry__": {}}  # warnings update the registry in place
+    test_case = unittest.TestCase
+    protected = frozenset(name for name in dir(test_case) if callable(getattr(test_case, name, None)))
+    builtin_names = frozenset(vars(builtins))  # a global `open` of the program's never reaches the tests
+    bound: list[type] = []
+
+    spaces = {"the tests' namespace": namespace, "the harness's namespace": globals(),
+              "the harness's builtins": globals()["__builtins__"]}
+    deferred: list[bool] = []
+
+    def bind() -> tuple[tuple, dict]:
+        """What each test runs, bound now; and what the enclave watches."""
+        for name in _ASSERTION_MODULES:  # loaded lazily by their packages: now, so that the enclave snapshots them
+            if name.partition(".")[0] in sys.modules:
+                try:
+                    __import__(name)
+                except ImportError:
+                    pass
+        cases = namespace.get("TestCases")
+        if not (isinstance(cases, type) and cases.__mro__[1:] == test_case.__mro__):
+            raise _NotAPass("the tests define no TestCases class deriving directly from unittest.TestCase")
+        bound.append(cases)
+        entries = tuple(_entry(cases, name) for name in names)
+        return entries, {"spaces": spaces, "cases": cases, "instances": tuple(entry[0] for entry in entries),
+                         "protected": protected}
+
+    def prepare() -> tuple[tuple, dict]:
+        """Run the test file before any of the program's code, unless its module code needs the program's names."""
+        initial = dict(namespace)
+        try:
+            exec(tests_code, namespace)
+        except NameError:  # a constant of the program's (OUTPUT_DIR): the tests run after the program
+            namespace.clear()
+            namespace.update(initial)
+            deferred.append(True)
+            return (), {"spaces": spaces}
+        return bind()
+
+    def load(entries: tuple) -> tuple[tuple, dict, dict | None]:
+        """Run the program as module `__test__` on its thread; give the tests its names (functions guarded)."""
+        call(exec, (compile(solution, PROGRAM_FILE, "exec"), module.__dict__), {})
+        added = {key: _guard(value, call, flag_write) if type(value) is types.FunctionType
+                 and value.__code__.co_filename == PROGRAM_FILE else value
+                 for key, value in list(module.__dict__.items())
+                 if type(key) is str and not key.startswith("__") and key not in _MODULE_HOOKS
+                 and key not in builtin_names and key not in namespace}
+        namespace.update(added)
+        if not deferred:
+            return entries, added, None
+        exec(tests_code, namespace)
+        entries, later = bind()
+        return entries, {key: value for key, value in namespace.items() if not key.startswith("__")}, later
+
+    def begin() -> None:
+        bound[0].setUpClass()
+
+    def end() -> None:
+        try:
+            bound[0].tearDownClass()
+        finally:
+            bound[0].doClassCleanups()
+            if bound[0].tearDown_exceptions:
+                raise bound[0].tearDown_exceptions[0][1]
+
+    def describe(error: BaseException) -> str:
+        return _FLAG_MARK + str(error.args[0]) if type(error) is _Flagged else _describe(error)
+
+    def park() -> None:
+        try:
+            os.write(wake_write, b".")
+        except OSError:
+            pass
+        os.read(gate_read, 1)
+
     try:
-        tests_code = compile(tests, TESTS_FILE, "exec")
-        for source, stage, space in ((solution, "solution", module.__dict__), (tests, "tests", namespace)):
+        runner(park, prepare, load, begin, _run_test, end, describe, _missing_module)
+    finally:  # the enclave ends the process once it has reported
+        forever = _thread.allocate_lock()
+        forever.acquire()
+        while True:
             try:
-                if stage == "tests":
-                    namespace.update({k: _guard(v, flagged) if isinstance(v, function_type)
-                                      and v.__code__.co_filename == PROGRAM_FILE else v
-                                      for k, v in module.__dict__.items()
-                                      if not k.startswith("__") and k not in _MODULE_HOOKS and k not in builtin_names})
-                    namespace.update({"__name__": "__test__", "__file__": TESTS_FILE, "__builtins__": builtins,
-                                      "__warningregistry__": {}})  # warnings update it in place
-                exec(compile(source, PROGRAM_FILE, "exec") if stage == "solution" else tests_code, space)
-            except BaseException as error:  # the program may raise anything, SystemExit included
-                report(stage=stage, error=_describe(error), module=_missing_module(error), tampered=tampering()[:20], flagged=flagged[:5])
-            if stage == "tests":
-                machinery.watch("the tests' namespace", namespace)
-            changed = tampering()
-            if changed:
-                report(stage=stage, tampered=changed[:20], flagged=flagged[:5])
-    except BaseException as error:  # a violation that escaped the program's own handlers
-        report(stage="tests", error=_describe(error), tampered=tampering()[:20], flagged=flagged[:5])
-    cases = namespace.get("TestCases")
-    if not (isinstance(cases, type) and cases.__mro__[1:] == test_case.__mro__):
-        report(stage="tests", error="the program defines no TestCases class deriving directly from unittest.TestCase")
-    codes = _method_codes(tests_code)
-    methods = {name: class_dict(cases).get(name) for name in names}
-    outcomes: dict[str, str] = {}
-    errors: list[BaseException] = []
-    problem: list[str] = []
+                forever.acquire()
+            except BaseException:  # a signal handler of the program's raising here
+                pass
 
-    def genuine(test: object, name: str) -> bool:
-        """The test runs the method compiled from the test file, on an unchanged instance and class."""
-        method = class_dict(cases).get(name)
-        depth = 0
-        while not isinstance(method, function_type) and depth < 10:  # decorators (mock.patch) wrap it
-            method, depth = getattr(method, "__wrapped__", None), depth + 1
-        while isinstance(method, function_type) and method.__code__ is not codes.get(name) and depth < 10:
-            method, depth = getattr(method, "__wrapped__", None), depth + 1
-        return (isinstance(method, function_type) and method.__code__ is codes.get(name)
-                and class_dict(cases).get(name) is methods[name] and not set(vars(test)) & (protected | {name}))
 
-    def note(test: object, kind: str, text: str) -> None:
-        test = getattr(test, "test_case", test)  # a subtest's outcome is its test's
-        name = getattr(test, "_testMethodName", None) or str(test)
-        if outcomes.get(name, "ok") == "ok" or kind == "tampered":
-            outcomes[name] = kind
-        if not problem:
-            problem.append(f"{name}: {text}")
+class _Flagged(BaseException):
+    """A return value (or exception) of the program's that would pass the tests with no logic: the test fails."""
 
-    def start_test(test: object) -> None:
-        name = getattr(test, "_testMethodName", "?")
-        if tampering() or name not in methods or not genuine(test, name):
-            note(test, "tampered", "the test machinery or the test method changed before it ran")
 
-    def stop_test(test: object) -> None:
-        if tampering():
-            note(test, "tampered", "the test machinery changed while the test ran")
+class _NotAPass(Exception):
+    """A test that cannot pass: skipped, expected to fail, or no test class."""
 
-    def add_error(test: object, err: tuple, kind: str = "error") -> None:
-        errors.append(err[1])
-        note(test, kind, format_error(result, err, test))
 
-    def add_sub_test(test: object, subtest: object, err: tuple | None) -> None:
-        if err is not None:
-            failed = issubclass(err[0], test.failureException)  # type: ignore[attr-defined]
-            add_error(test, err, "fail" if failed else "error")
+def _entry(cases: type, name: str) -> tuple:
+    """What `_run_test` needs of one test, bound before the program runs (a class changed later changes nothing)."""
+    case = cases(name)
+    method = type.__dict__["__dict__"].__get__(cases).get(name)
+    skipped = any(getattr(owner, flag, False) for owner in (cases, method)
+                  for flag in ("__unittest_skip__", "__unittest_expecting_failure__"))
+    return case, method, cases.setUp, cases.tearDown, "skipped, or expected to fail: not a pass" if skipped else ""
 
-    # A run already entered, whose previous test class shares the tests' module: TestSuite never looks
-    # up the module's setUpModule/tearDownModule; the test class's own tearDownClass is called below.
-    result = types.SimpleNamespace(
-        failfast=False, shouldStop=False, buffer=False, tb_locals=False, _testRunEntered=True,
-        _previousTestClass=type("Previous", (), {"__module__": "__test__"}), _moduleSetUpFailed=False, errors=[], failures=[], skipped=[],
-        expectedFailures=[], unexpectedSuccesses=[], testsRun=0, _original_stdout=sys.stdout,
-        _original_stderr=sys.stderr, startTest=start_test, stopTest=stop_test,
-        addSuccess=lambda test: outcomes.setdefault(test._testMethodName, "ok"),
-        addError=add_error, addFailure=lambda test, err: add_error(test, err, "fail"), addSubTest=add_sub_test,
-        addSkip=lambda test, reason: note(test, "skipped", f"skipped: {reason}"),
-        addExpectedFailure=lambda test, err: note(test, "fail", "an expected failure is not a pass"),
-        addUnexpectedSuccess=lambda test: note(test, "fail", "unexpected success"),
-        _is_relevant_tb_level=lambda tb: "__unittest" in tb.tb_frame.f_globals,
-        _exc_info_to_string=lambda err, test: format_error(result, err, test),
-        _clean_tracebacks=lambda *args: result_base._clean_tracebacks(result, *args),
-        _remove_unittest_tb_frames=lambda tb: result_base._remove_unittest_tb_frames(result, tb),
-    )
+
+def _run_test(entry: tuple) -> None:
+    """One test as unittest runs it (setUp, the method, tearDown, the cleanups); any failure is raised."""
+    case, method, set_up, tear_down, reason = entry
+    if reason:
+        raise _NotAPass(reason)
     try:
-        suite = test_suite([cases(name) for name in names])
-        suite_run(suite, result)
-        suite._tearDownPreviousClass(None, result)
-    except BaseException as error:  # a violation raised where the tests could not catch it
-        report(stage="run", error=_describe(error), tampered=tampering()[:20], flagged=flagged[:5])
-    changed = tampering()
-    changed += [f"TestCases.{name}" for name in sorted(set(class_dict(cases)) & protected - members)]
-    if changed:
-        report(stage="run", tampered=changed[:20], flagged=flagged[:5])
-    missing = next(filter(None, map(_missing_module, errors)), None)
-    report(stage="run", outcomes=outcomes, tests_run=len(outcomes), module=missing, flagged=flagged[:5],
-           problem=_tail(problem[0] if problem else ""))
+        set_up(case)
+        try:
+            method(case)
+        finally:
+            tear_down(case)
+    finally:
+        failure = None
+        while case._cleanups:
+            function, args, kwargs = case._cleanups.pop()
+            try:
+                function(*args, **kwargs)
+            except BaseException as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
 
-def _guard(function: object, flagged: list[str]) -> object:
-    """`function` (the program's), whose return values are checked by `_equals_everything`.
+def _program_thread() -> tuple[Callable[[object, tuple, dict], object], Callable[..., object]]:
+    """Start the thread the program's code runs on; return `call(function, args, kwargs)`, which runs a
+    call of the main thread's there (other threads' calls run where they are, concurrently, as before)
+    and returns its value or raises its exception, and `on_main(function, *args)`, which
+    runs a function on the main thread for the program's (installing a signal handler). The
+    program's frames lead down to that thread's loop only, never to the tests' or the harness's (a
+    library that reads its caller's frame, as pandas' `DataFrame.query` does for `@` names, works)."""
+    import _thread
+    from _queue import SimpleQueue
 
-    The check's parameters are read from the harness's namespace, and a flagged value is also
-    written there: that namespace is version-tagged, so a program that reached this closure and
-    emptied `flagged` still leaves the write behind (reported as a change of the namespace)."""
+    requests: SimpleQueue = SimpleQueue()
+    to_main: SimpleQueue = SimpleQueue()  # a finished call (its box), or a function to run on the main thread
+    get_ident = _thread.get_ident
+    main = get_ident()
+
+    def serve() -> None:
+        while True:
+            box = requests.get()
+            try:
+                box[3] = box[0](*box[1], **box[2])
+            except BaseException as error:  # the program may raise anything, SystemExit included
+                box[4] = error
+            finally:
+                to_main.put(box)
+            box = None
+
+    ident = _thread.start_new_thread(serve, ())
+
+    def call(function: object, args: tuple, kwargs: dict) -> object:
+        if get_ident() != main:  # a test's own thread, or a callback of the tests' on the program's thread
+            return function(*args, **kwargs)  # type: ignore[operator]
+        box = [function, args, kwargs, None, None]
+        requests.put(box)
+        while (message := to_main.get()) is not box:
+            function, args, reply = message
+            try:
+                reply.put((function(*args), None))
+            except BaseException as error:
+                reply.put((None, error))
+        error, box[4] = box[4], None
+        if error is not None:
+            raise error
+        return box[3]
+
+    def on_main(function: Callable[..., object], *args: object) -> object:
+        if get_ident() != ident:
+            return function(*args)
+        reply: SimpleQueue = SimpleQueue()
+        to_main.put((function, args, reply))
+        value, error = reply.get()
+        if error is not None:
+            raise error
+        return value
+
+    return call, on_main
+
+
+def _shared_sqlite() -> None:
+    """sqlite3 connections a test opens also work on the program's thread (only one of the two runs at
+    a time: the main thread waits for the program's calls)."""
+    import sqlite3
+    import sqlite3.dbapi2 as dbapi
+
+    connect = dbapi.connect
+
+    def shared(*args: object, **kwargs: object) -> object:
+        if len(args) < 5:  # check_same_thread is the fifth parameter
+            kwargs.setdefault("check_same_thread", False)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    sqlite3.connect = dbapi.connect = shared
+
+
+def _guard(function: types.FunctionType, call: Callable[[object, tuple, dict], object], flag_fd: int) -> object:
+    """`function` (the program's), run on the program's thread, whose return values are checked by
+    `_equals_everything`: a flagged value raises `_Flagged` (not an `Exception`: `assertRaises` lets it
+    through) and writes a byte on the enclave's flag pipe (a test that catches everything still fails)."""
+    name = str(function.__name__)
+
+    def flag(reason: str) -> None:
+        try:
+            os.write(flag_fd, b"!")
+        except OSError:
+            pass
+        raise _Flagged(f"{name} {reason}")
+
     def guarded(*args: object, **kwargs: object) -> object:
         try:
-            value = function(*args, **kwargs)  # type: ignore[operator]
-        except BaseException as error:  # unittest's own signals (_ShouldStop ends a test part as a success)
-            if any(cls.__module__.split(".")[0] == "unittest" for cls in type(error).__mro__):
-                reason = f"raised unittest's own {type(error).__name__}, a signal of the test machinery"
-                flagged.append(f"{getattr(function, '__name__', '?')} {reason}")
-                globals()["_FLAGGED"] = reason
-                raise RuntimeError(reason) from None
+            value = call(function, args, kwargs)
+        except BaseException as error:  # unittest's own signals (_ShouldStop, SkipTest) are no answer
+            kind = type(error)
+            if any(str(type.__dict__["__dict__"].__get__(cls).get("__module__", "")).split(".")[0] == "unittest"
+                   for cls in type.__dict__["__mro__"].__get__(kind)):
+                flag(f"raised unittest's own {type.__dict__['__name__'].__get__(kind)}, a signal of the test machinery")
             raise
         roots, any_type = _GUARD_STATE[:2]
         reason = _equals_everything(value, roots, any_type)
         if reason:
-            flagged.append(f"{getattr(function, '__name__', '?')} returned {reason}")
-            globals()["_FLAGGED"] = reason
+            flag(f"returned {reason}")
         return value
 
     guarded.__wrapped__ = function  # type: ignore[attr-defined]
-    guarded.__name__ = guarded.__qualname__ = str(getattr(function, "__name__", "guarded"))
-    guarded.__doc__ = getattr(function, "__doc__", None)
+    guarded.__name__ = guarded.__qualname__ = name
+    guarded.__doc__ = function.__doc__
     return guarded
+
+
+def _fix_co_filename(code: object, path: object, _audit: Callable[..., None] = sys.audit) -> None:
+    """Stand-in for `_imp._fix_co_filename`: the audit hook does importlib's own renaming of code it just
+    loaded (and refuses anyone else's: the original is not reachable from here)."""
+    _audit("bcb.fix_co_filename", code, path)
 
 
 def _describe(error: BaseException) -> str:
     import traceback
 
-    return _tail("".join(traceback.format_exception(type(error), error, error.__traceback__.tb_next)))
+    try:
+        return _tail("".join(traceback.format_exception(type(error), error, error.__traceback__.tb_next)))
+    except BaseException:  # an exception of the program's that cannot be shown
+        return _tail(f"{type.__dict__['__name__'].__get__(type(error))} (its traceback could not be shown)")
+
 
 
 def _missing_module(error: BaseException) -> str | None:
