@@ -34,8 +34,11 @@ RUNTIME = {
     "bcb-caller-frame-outcome-flag": "audit: sys._getframe",
     "bcb-equals-everything": "a class whose __eq__ the program defines",
     "bcb-patch-then-restore": "unittest.TestCase (changed, then restored)",
+    "bcb-library-reads-the-frames": "audit: sys._getframe",  # the harness's frame at the bottom of the program's thread
+    "bcb-hook-closure-cell": "audit: sys._getframe",
 }
-PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore"}  # nothing to refuse: the run-time checks decide
+PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore", "bcb-library-reads-the-frames",
+                   "bcb-hook-closure-cell"}  # nothing to refuse: the run-time checks decide
 ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
 
 
@@ -440,3 +443,17 @@ def test_native_memory_access_is_refused(code: str, bench: BigCodeBench) -> None
     pytest.importorskip("cffi")
     verdict = bench.evaluate(code, _ONE_TEST, screened=False)
     assert verdict.status == "FAIL" and "audit: import" in verdict.detail, verdict
+
+
+@pytest.mark.parametrize("change, found", [
+    ("setattr(cases, 'assert' + 'Equal', lambda *a, **k: None)", "TestCases.assertEqual"),
+    ("cases.__bases__ = (type('Lax', (unittest.TestCase,), {'assertEqual': lambda *a, **k: None}),)", "TestCases' bases"),
+])
+def test_the_test_class_changed_by_the_program_fails(change: str, found: str, bench: BigCodeBench) -> None:
+    """The runner calls the test methods bound before the program ran; what they look up on `self` (the
+    test class's entries under unittest's names, its bases) is checked at each checkpoint."""
+    code = ("import unittest\ndef task_func():\n"
+            "    cases = [c for c in type.__subclasses__(unittest.TestCase) if c.__name__ == 'TestCases'][-1]\n"
+            f"    {change}\n    return 2\n")
+    verdict = bench.evaluate(code, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and found in verdict.detail, verdict

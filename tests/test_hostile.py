@@ -103,7 +103,8 @@ def test_every_issue_attack_kind_is_in_the_suite() -> None:
                  "read-the-test-file", "write-outside", "network", "fork-bomb", "memory-hog", "another-episode",
                  "tool-swap", "judge-format-injection", "module-test-hook", "new-stdlib-attribute",
                  "builtins-swapped", "by-subclasses", "trace-hook", "code-in-the-checker", "report-fd-from-argv",
-                 "caller-frame-outcome-flag", "equals-everything", "patch-then-restore"):
+                 "caller-frame-outcome-flag", "equals-everything", "patch-then-restore", "library-reads-the-frames",
+                 "hook-closure-cell"):
         assert kind in names, kind
     assert {attack.benchmark for attack in hostile.ATTACKS} == set(hostile.BENCHMARKS)
 

@@ -15,25 +15,42 @@ stdin. Two processes, so that the program under test never holds the verdict's c
   "module": str|null}`. A line the key did not sign is a forgery
   (`memrl_bench.adapters.bigcodebench` scores it FAIL); a report the nonce did not sign is one too.
 * the **harness** (`harness`, in the child) runs from a namespace of its own (this file executed
-  into a private dict, so `__main__` holds nothing of it). Before any program code runs it reads
-  the nonce, installs an audit hook that cannot be removed (`_audit_hook`), snapshots the namespaces
-  of the modules the tests' outcome depends on, the `unittest` and `json` classes and `builtins`
-  (`_Machinery`), reads and
-  deletes both files. It then executes the solution as module `__test__` (so `if __name__ ==
-  "__main__":` blocks stay idle), and the tests in a namespace of their own that holds the
-  solution's names but not its module hooks, nor a name of a builtin (a global `open`), with the
-  task prompt's own imports run first (the adapter puts them atop `TESTS.py`: a class the program
-  names `os` is not the tests' `os`); unittest never looks up module-level
-  hooks (no `setUpModule`/`tearDownModule`/`load_tests` of the program runs). It runs exactly the test methods found by
-  `ast` through references taken before the solution ran; before each test it checks that the
-  method is the one compiled from the test file and that nothing changed; after each test, and at
-  the end, it checks again. The result object is a plain namespace of closures (no class to find).
-  Every function of the solution the tests call is wrapped: a return value holding an object whose
-  class takes a method the assertions call (comparisons, subtraction, abs, round, len, `in`,
-  `__class__`) from anything but the installation's code for it (or `unittest.mock.ANY`) is flagged.
-  The report goes on the pipe signed with the nonce (HMAC-SHA256 by OpenSSL's C function, bound
-  before the program ran): the nonce itself never leaves the harness's memory, so a program that
-  puts its own pipe in place of the report's and reads the report learns nothing to sign another.
+  into a private dict, so `__main__` holds nothing of it) and reads and deletes both files. Its
+  authority sits where no Python code of the program's can reach it:
+  - the **enclave** (`_enclave`), a thread started before any program code runs, from a second
+    private copy of this file that nothing the program can reach names. It alone reads the nonce;
+    it never calls the program's code nor hands it anything; no frame on its stack can be had by
+    anyone else (the audit hook). It watches the **runner**, straight-line code with one line per
+    checkpoint (`_runner`) on the main thread, through `sys._current_frames`: at each checkpoint the
+    runner parks (a byte on a pipe) and the enclave reads the runner's *current line*, checks the
+    machinery (`_Watch`), then lets it go on. A test's "ok" line is only reached when that test's run
+    returned: its outcome is the control flow of code the program cannot change, not a value it could
+    write. A checkpoint the program makes the runner skip leaves its test unreported (a failure).
+    The enclave signs the report with the nonce (HMAC-SHA256 by OpenSSL's C function) and ends the
+    process.
+  - the **audit hook** (`_audit_hook`, from the enclave's copy, installed before the program runs)
+    refuses what would reach around that (its docstring lists it): other threads' frames, trace and
+    profile hooks, frames of the main thread's stack (the tests', the runner's) or the enclave's or
+    the harness's own to anyone but the harness or the tests, code passing for the installation's or
+    the harness's, ctypes, native code loaded from outside the installation, cffi. Its state is its
+    own: while it runs, code run inside it (a finalizer, a signal handler) gets no frame.
+  - the **program's thread** (`_program_thread`): the solution's module code and every call the
+    tests make to its functions run there, so that the program's frames lead down to that thread's
+    loop only (libraries that read their caller's frames, as pandas' `query` does for `@` names,
+    still work; sqlite3 connections are shared, signal handlers installed on the main thread).
+  The test file runs first, before any program code (unless its module code needs the program's
+  names: then after), so the tests hold the modules they imported before the program could replace
+  them; the snapshot covers every module loaded then. The tests run in a namespace of their own that
+  holds the solution's names but not its module hooks, nor a name of a builtin (a global `open`), with
+  the task prompt's own imports first (the adapter puts them atop `TESTS.py`). Each test runs as
+  unittest would (`_run_test`: setUp, the method, tearDown, cleanups; skipped or expected-to-fail
+  is no pass) through references bound before the program ran; the enclave checks before and after
+  each test that nothing changed (the strict modules, the unittest and json classes, the tests' and
+  the harness's namespaces, version tags included, `sys.modules`, the tests' functions' closures,
+  defaults and patches). A return value holding an object whose class takes a method the
+  assertions call (comparisons, subtraction, abs, round, len, `in`, `__class__`) from anything but
+  the installation's code for it (or `unittest.mock.ANY`) is flagged: the test fails
+  (`_Flagged`, which `assertRaises` lets through, and a byte on the enclave's pipe).
 
 The checker passes a program only if the nonce signed the harness's report, it reports every
 expected test passed, and no tampering, audit violation or flagged value: 0 tests is never
@@ -117,26 +134,6 @@ def expected_tests(test_source: str) -> list[str]:
             and item.name.startswith("test")] if node else []
 
 
-def _class_members(test_source: str) -> set[str]:
-    """Every name `TestCases` itself defines in `test_source`."""
-    node = _test_class(test_source)
-    if node is None:
-        return set()
-    names = {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for item in node.body:
-        targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
-        names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return names
-
-
-def _method_codes(code: object) -> dict[str, object]:
-    """The code objects of `TestCases`' methods inside the compiled test module `code`."""
-    for const in getattr(code, "co_consts", ()):
-        if getattr(const, "co_name", None) == "TestCases":
-            return {c.co_name: c for c in const.co_consts if hasattr(c, "co_name")}
-    return {}
-
-
 def _installed(module: str) -> bool:
     """Whether top-level `module` is installed, found without importing anything."""
     if not module.isidentifier():
@@ -197,7 +194,6 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     import inspect
     import logging
     import pathlib
-    import re
     import traceback
     import types
 
@@ -212,7 +208,7 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
                traceback.walk_tb.__code__, traceback.StackSummary.extract.__func__.__code__,
                traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__,
                logging.currentframe.__code__}
-    path_types = (pathlib.PurePosixPath, pathlib.PosixPath)  # exact types: their file system path is the installation's
+    path_types = (pathlib.PurePosixPath, pathlib.PosixPath, os.DirEntry)  # exact types: their path is the installation's
     owners = (types.FrameType, types.TracebackType, types.GeneratorType, types.CoroutineType,
               types.AsyncGeneratorType, types.FunctionType)
     ours = (own_file, TESTS_FILE)
@@ -491,10 +487,12 @@ def _equals_everything(value: object, roots: tuple[str, ...], any_type: type, bu
         kind = type(item)
         if issubclass(kind, any_type):
             return "unittest.mock.ANY, which equals everything"
-        if any(owner.__module__.split(".")[0] == "test" for owner in kind.__mro__):  # CPython's test.support.ALWAYS_EQ...
+        mro = type.__dict__["__mro__"].__get__  # read as the interpreter does: a metaclass cannot show another
+        if any(str(type.__dict__["__dict__"].__get__(owner).get("__module__", "")).split(".")[0] == "test"
+               for owner in mro(kind)):  # CPython's test.support.ALWAYS_EQ...
             return f"an instance of {kind.__qualname__}, from CPython's regression-test helpers (the `test` package)"
         dataclass = False
-        for owner in (*kind.__mro__, *type(kind).__mro__):
+        for owner in (*mro(kind), *mro(type(kind))):
             members = type.__dict__["__dict__"].__get__(owner)
             for name in _CHECKED:
                 method = members.get(name)
@@ -759,64 +757,68 @@ def _enclave(nonce_fd: int, report_fd: int, wake_fd: int, gate_fd: int, flag_fd:
         tampered.extend(change for change in found if change not in tampered)
         return found
 
-    while True:
-        wait([wake_fd, flag_fd], [], [], 0.05)
-        drain(wake_fd)
-        if drain(flag_fd) and not flagged:
-            flagged.append("a flagged return value (the flag was caught by the tests)")
-        top = frames().get(main_ident)
-        found, frame = None, top
-        while frame is not None:
-            if frame.f_code is runner_code:
-                found = frame
-                break
-            frame = frame.f_back
-        if runner is None:
-            runner = found
+    try:
+        while True:
+            wait([wake_fd, flag_fd], [], [], 0.05)
+            drain(wake_fd)
+            if drain(flag_fd) and not flagged:
+                flagged.append("a flagged return value (the flag was caught by the tests)")
+            top = frames().get(main_ident)
+            found, frame = None, top
+            while frame is not None:
+                if frame.f_code is runner_code:
+                    found = frame
+                    break
+                frame = frame.f_back
             if runner is None:
-                if top is None:
-                    report(stage="run", error="the program ended the harness's main thread")
+                runner = found
+                if runner is None:
+                    if top is None:
+                        report(stage="run", error="the program ended the harness's main thread")
+                    continue
+            elif found is not runner:
+                report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
+                       problem=problem[0] if problem else "the runner stopped before the last test")
+            line = runner.f_lineno
+            if line in handled or line not in parks:
                 continue
-        elif found is not runner:
-            report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
-                   problem=problem[0] if problem else "the runner stopped before the last test")
-        line = runner.f_lineno
-        if line in handled or line not in parks:
-            continue
-        handled.add(line)
-        kind, index = parks[line]
-        name = names[index] if 0 <= index < len(names) else ""
-        if kind in ("tests_failed", "program_failed", "class_failed", "end_failed", "fail"):
-            detail, module = local("detail"), local("module")
-            if module and module not in missing:
-                missing.append(module)
-            if detail.startswith(_FLAG_MARK):
-                flagged.append(detail[len(_FLAG_MARK):])
-            if kind != "fail":
-                changes()
-                report(stage={"tests_failed": "tests", "program_failed": "solution"}.get(kind, "run"),
-                       error=detail, outcomes=outcomes)
-            outcomes[name] = "tampered" if outcomes.get(name) == "tampered" else "fail"
-            if not problem:
-                problem.append(f"{name}: {detail}")
-        elif kind == "before_program":
-            watch = _Watch(runner.f_locals.get("watch"))
-        elif kind == "loaded":
-            if watch is not None:
-                watch.admit(runner.f_locals.get("added"), runner.f_locals.get("later"))
-            changes()
-        elif kind in ("before", "ok"):
-            if changes():
-                outcomes[name] = "tampered"
+            handled.add(line)
+            kind, index = parks[line]
+            name = names[index] if 0 <= index < len(names) else ""
+            if kind in ("tests_failed", "program_failed", "class_failed", "end_failed", "fail"):
+                detail, module = local("detail"), local("module")
+                if module and module not in missing:
+                    missing.append(module)
+                if detail.startswith(_FLAG_MARK):
+                    flagged.append(detail[len(_FLAG_MARK):])
+                if kind != "fail":
+                    changes()
+                    report(stage={"tests_failed": "tests", "program_failed": "solution"}.get(kind, "run"),
+                           error=detail, outcomes=outcomes)
+                outcomes[name] = "tampered" if outcomes.get(name) == "tampered" else "fail"
                 if not problem:
-                    problem.append(f"{name}: the test machinery or the test changed")
-            elif kind == "ok" and name not in outcomes:
-                outcomes[name] = "ok"
-        elif kind == "done":
-            changes()
-            report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
-                   problem=_tail(problem[0] if problem else ""))
-        write(gate_fd, b".")
+                    problem.append(f"{name}: {detail}")
+            elif kind == "before_program":
+                watch = _Watch(runner.f_locals.get("watch"))
+            elif kind == "loaded":
+                if watch is not None:
+                    watch.admit(runner.f_locals.get("added"), runner.f_locals.get("later"))
+                changes()
+            elif kind in ("before", "ok"):
+                if changes():
+                    outcomes[name] = "tampered"
+                    if not problem:
+                        problem.append(f"{name}: the test machinery or the test changed")
+                elif kind == "ok" and name not in outcomes:
+                    outcomes[name] = "ok"
+            elif kind == "done":
+                changes()
+                report(stage="run", outcomes=outcomes, tests_run=len(outcomes),
+                       problem=_tail(problem[0] if problem else ""))
+            write(gate_fd, b".")
+    except Exception as error:  # the program left something the checks cannot read: no pass
+        report(stage="run", error=f"the harness's checks failed ({type.__dict__['__name__'].__get__(type(error))})",
+               outcomes=outcomes)
 
 
 class _Watch:
@@ -835,6 +837,15 @@ class _Watch:
         self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(spec)]
         self.instances = tuple(spec.get("instances", ()))
         self.protected = frozenset(spec.get("protected", ()))
+        self.cases = self._class_state(spec.get("cases"))
+
+    def _class_state(self, cases: object) -> tuple:
+        """The test class, its MRO, and its entries under unittest's method names and the tests' names."""
+        if not isinstance(cases, type):
+            return ()
+        members = type.__dict__["__dict__"].__get__(cases)
+        names = self.protected | {label.partition(".")[2] for label, _, _ in self.functions if label.startswith("TestCases.")}
+        return cases, type.__dict__["__mro__"].__get__(cases), {name: members.get(name, _GONE) for name in names}
 
     def admit(self, added: object, later: object) -> None:
         """Take the names the harness put into the tests' namespace after the program ran (`added`: the
@@ -851,6 +862,7 @@ class _Watch:
             self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(later)]
             self.instances = tuple(later.get("instances", ()))
             self.protected = frozenset(later.get("protected", ()))
+            self.cases = self._class_state(later.get("cases"))
 
     def changes(self) -> list[str]:
         found = self.machinery.changes()
@@ -862,6 +874,12 @@ class _Watch:
         found += [f"{label} (its closure, defaults or patches)" for label, function, state in self.functions
                   if not _same(_function_state(function), state)]
         found += [f"a test case's {name}" for case in self.instances for name in list(vars(case)) if name in self.protected]
+        if self.cases:
+            cases, mro, entries = self.cases
+            members = type.__dict__["__dict__"].__get__(cases)
+            if not _same(type.__dict__["__mro__"].__get__(cases), mro):
+                found.append("TestCases' bases")
+            found += [f"TestCases.{name}" for name, value in entries.items() if members.get(name, _GONE) is not value]
         return found
 
 
