@@ -457,3 +457,13 @@ def test_the_test_class_changed_by_the_program_fails(change: str, found: str, be
             f"    {change}\n    return 2\n")
     verdict = bench.evaluate(code, _ONE_TEST, screened=False)
     assert verdict.status == "FAIL" and found in verdict.detail, verdict
+
+
+def test_a_fresh_copy_of_a_builtin_module_is_refused(bench: BigCodeBench) -> None:
+    """The harness puts stand-ins in `_signal` and `_imp` and keeps the originals in the audit hook: a
+    fresh copy of the module (its entry deleted from `sys.modules`, then imported) would hand the program
+    the originals (a signal handler that gets the interrupted frame, whose `f_back` leads to the tests)."""
+    forge = ("import sys\ndel sys.modules['_sig' + 'nal']\nimport importlib\n"
+             "fresh = importlib.import_module('_sig' + 'nal')\ndef task_func():\n    return 3\n")
+    verdict = bench.evaluate(forge, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and "audit: bcb.create_builtin" in verdict.detail, verdict

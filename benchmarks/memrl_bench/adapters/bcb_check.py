@@ -86,7 +86,8 @@ _WATCHED_PACKAGES = ("unittest", "json")  # classes whose dicts are snapshotted 
 _ALWAYS = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
                      "gc.get_referents", "sys._current_exceptions", "sys.monitoring.register_callback"})
 _WATCHED_EVENTS = _ALWAYS | {"sys._current_frames", "sys._getframe", "open", "import", "compile", "code.__new__",
-                             "marshal.loads", "marshal.load", "object.__setattr__", "bcb.fix_co_filename"}
+                             "marshal.loads", "marshal.load", "object.__setattr__", "bcb.fix_co_filename", "bcb.signal",
+                             "bcb.create_builtin"}
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__"})  # (f_back raises no event)
 _FLAG_MARK = "flagged: "
 _PATCH_SETTINGS = ("getter", "attribute", "attribute_name", "new", "new_callable", "spec", "spec_set", "autospec")  # a failed test's detail when a return value of the program's was flagged
@@ -167,7 +168,7 @@ class _Probe(Exception):
 
 
 def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclave: int,
-                fix_co_filename: Callable[[object, object], None]) -> Callable[[str, tuple], None]:
+                originals: dict[str, object]) -> Callable[[str, tuple], None]:
     """An audit hook that records (and refuses) what the program may not do once armed.
 
     It lives in the enclave's namespace (nothing the program can reach names it) and keeps no
@@ -200,6 +201,10 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     import importlib._bootstrap_external as external
 
     get_ident, realpath, fsdecode, fspath = _thread.get_ident, os.path.realpath, os.fsdecode, os.fspath
+    fix_co_filename, install_signal, frameless = originals["fix_co_filename"], originals["signal"], originals["frameless"]
+    signal_code, create_builtin, create_code = originals["signal_code"], originals["create_builtin"], originals["create_code"]
+    from importlib.machinery import BuiltinImporter, ModuleSpec
+    builtin_loaded = frozenset(name for name in sys.builtin_module_names if name in sys.modules)
     roots = _trusted_roots()
     compile_bytecode = external._compile_bytecode.__code__
     proc = re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(mem|fd|fdinfo|map_files|environ)(/|$)").match
@@ -313,9 +318,10 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
             return not (ident == enclave and filename(raiser()) == own_file)
         if event == "open":
             return refused_open(args[0])
-        if event == "import":
+        if event == "import":  # cffi, native code from elsewhere, a fresh copy of a builtin module (its originals)
             native = args[1] if len(args) > 1 else None
-            return text(args[0]) == "_cffi_backend" or (native is not None and not installed(name_of(native) or ""))
+            return (text(args[0]) in builtin_loaded or text(args[0]) == "_cffi_backend"
+                    or native is not None and not installed(name_of(native) or ""))
         if event == "compile":
             name = name_of(args[1]) if len(args) > 1 else None
             if name is None or name in ours:
@@ -333,6 +339,18 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
             if frame is None or frame.f_code is not compile_bytecode:
                 return True
             fix_co_filename(args[0], args[1])
+            return False
+        if event == "bcb.create_builtin":  # a builtin module not loaded before the program ran, made here
+            name = text(getattr(args[0], "name", None))
+            if raiser().f_code is not create_code or name in builtin_loaded or type(args[1]) is not list:
+                return True
+            args[1].append(create_builtin(ModuleSpec(name, BuiltinImporter, origin="built-in")))
+            return False
+        if event == "bcb.signal":  # the program's handler, installed without the interrupted frame
+            if raiser().f_code is not signal_code:
+                return True
+            handler = args[1]
+            install_signal(args[0], frameless(handler) if callable(handler) else handler)  # type: ignore[operator]
             return False
         if event == "object.__setattr__":
             attribute = text(args[1]) if len(args) > 1 else ""
@@ -467,6 +485,7 @@ class _Versions:
 
 
 _GONE = object()
+_ON_MAIN: Callable[..., object] = print  # `on_main` of `_program_thread`: set by `harness`
 # (roots, ANY's class, mock.DEFAULT, NonCallableMock, MagicProxy, the code of mock's magic-method wrapper):
 # set by `harness` before the program runs.
 _GUARD_STATE: tuple = ((), type(None), None, type(None), type(None), None)
@@ -615,24 +634,37 @@ def _importable_as_named(owner: type) -> bool:
     return found is owner
 
 
-def _frameless_signal_handlers(on_main: Callable[..., object]) -> None:
-    """Signal handlers the program installs get None for the interrupted frame: Python hands a handler
-    that frame with no audit event, and the harness's frames are below it (`_signal` is snapshotted
-    afterwards, so putting the original function back counts as tampering). Installed from the
-    program's thread, a handler is installed by the main thread (`on_main`), where Python runs them."""
+def _install_signal_handler(signalnum: int, handler: object) -> object:
+    """Stand-in for `_signal.signal`: the audit hook installs the handler, wrapped so that it gets None
+    for the interrupted frame (Python hands a handler that frame with no audit event, and the tests' and
+    the harness's frames are below it); the original function is the hook's alone. A call from the
+    program's thread is made on the main thread (`_ON_MAIN`), as Python requires."""
+    return _ON_MAIN(_signal_through_the_hook, signalnum, handler)
+
+
+def _signal_through_the_hook(signalnum: int, handler: object) -> object:
     import _signal
 
-    install = _signal.signal
+    previous = _signal.getsignal(signalnum)
+    sys.audit("bcb.signal", signalnum, handler)
+    return previous
 
-    def signal(signalnum: int, handler: object) -> object:
-        if callable(handler):
-            program_handler = handler
 
-            def handler(signum: int, frame: object) -> object:  # noqa: F811 (the program's, without the frame)
-                return program_handler(signum, None)  # type: ignore[operator]
-        return on_main(install, signalnum, handler)
+def _create_builtin(spec: object) -> object:
+    """Stand-in for `_imp.create_builtin`: the audit hook makes the module, unless a module of that name
+    was loaded before the program ran (a fresh copy would hand out the originals the harness replaced,
+    `_signal.signal` and `_imp._fix_co_filename`, which only the hook holds)."""
+    made: list[object] = []
+    sys.audit("bcb.create_builtin", spec, made)
+    return made[0]
 
-    _signal.signal = signal
+
+def _frameless_handler(handler: Callable[[int, object], object]) -> Callable[[int, object], object]:
+    """`handler` (the program's), called with None for the frame."""
+    def frameless(signum: int, frame: object) -> object:
+        return handler(signum, None)
+
+    return frameless
 
 
 def _encoder() -> Callable[[object], str]:
@@ -937,6 +969,7 @@ def _same(first: tuple, second: tuple) -> bool:
 def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) -> None:
     """Run the solution's tests (see module docstring); the enclave writes the report on `report_fd`."""
     import _imp
+    import _signal
     import _thread
     import builtins
     import types
@@ -970,11 +1003,16 @@ def harness(report_fd: int, nonce_fd: int, solution_path: str, tests_path: str) 
         nonce_fd, report_fd, wake_read, gate_write, flag_read, _thread.get_ident(), runner.__code__, parks, names,
         violations))
     anchors = frozenset({sys._getframe().f_code, enclave_space["_enclave"].__code__})
-    sys.addaudithook(enclave_space["_audit_hook"](violations, own_file, anchors, enclave, _imp._fix_co_filename))
+    sys.addaudithook(enclave_space["_audit_hook"](violations, own_file, anchors, enclave, {
+        "fix_co_filename": _imp._fix_co_filename, "signal": _signal.signal, "frameless": _frameless_handler,
+        "signal_code": _signal_through_the_hook.__code__, "create_builtin": _imp.create_builtin,
+        "create_code": _create_builtin.__code__}))
+    _imp.create_builtin = _create_builtin
     _imp._fix_co_filename = _fix_co_filename
     enclave_space = {}
     call, on_main = _program_thread()
-    _frameless_signal_handlers(on_main)
+    globals()["_ON_MAIN"] = on_main
+    _signal.signal = _install_signal_handler
     _shared_sqlite()
     mock = unittest.mock
     globals()["_GUARD_STATE"] = (_trusted_roots(), type(mock.ANY), mock.DEFAULT, mock.NonCallableMock, mock.MagicProxy,
@@ -1185,36 +1223,49 @@ def _shared_sqlite() -> None:
 
 def _guard(function: types.FunctionType, call: Callable[[object, tuple, dict], object], flag_fd: int) -> object:
     """`function` (the program's), run on the program's thread, whose return values are checked by
-    `_equals_everything`: a flagged value raises `_Flagged` (not an `Exception`: `assertRaises` lets it
-    through) and writes a byte on the enclave's flag pipe (a test that catches everything still fails)."""
+    `_equals_everything` (`_check_returned`). Its closure holds nothing a program could turn: the
+    checks are read from the harness's namespace, which the enclave watches."""
     name = str(function.__name__)
-
-    def flag(reason: str) -> None:
-        try:
-            os.write(flag_fd, b"!")
-        except OSError:
-            pass
-        raise _Flagged(f"{name} {reason}")
 
     def guarded(*args: object, **kwargs: object) -> object:
         try:
             value = call(function, args, kwargs)
-        except BaseException as error:  # unittest's own signals (_ShouldStop, SkipTest) are no answer
-            kind = type(error)
-            if any(str(type.__dict__["__dict__"].__get__(cls).get("__module__", "")).split(".")[0] == "unittest"
-                   for cls in type.__dict__["__mro__"].__get__(kind)):
-                flag(f"raised unittest's own {type.__dict__['__name__'].__get__(kind)}, a signal of the test machinery")
+        except BaseException as error:
+            _check_raised(name, error, flag_fd)
             raise
-        roots, any_type = _GUARD_STATE[:2]
-        reason = _equals_everything(value, roots, any_type)
-        if reason:
-            flag(f"returned {reason}")
+        _check_returned(name, value, flag_fd)
         return value
 
     guarded.__wrapped__ = function  # type: ignore[attr-defined]
     guarded.__name__ = guarded.__qualname__ = name
     guarded.__doc__ = function.__doc__
     return guarded
+
+
+def _check_returned(name: str, value: object, flag_fd: int) -> None:
+    """Raise `_Flagged` (not an `Exception`: `assertRaises` lets it through) if `value` would pass the
+    tests with no logic, and write a byte on the enclave's flag pipe (a test catching everything still fails)."""
+    roots, any_type = _GUARD_STATE[:2]
+    reason = _equals_everything(value, roots, any_type)
+    if reason:
+        _flag(flag_fd, f"{name} returned {reason}")
+
+
+def _check_raised(name: str, error: BaseException, flag_fd: int) -> None:
+    """unittest's own signals (_ShouldStop, SkipTest) raised by the program are no answer."""
+    kind = type(error)
+    if any(str(type.__dict__["__dict__"].__get__(cls).get("__module__", "")).split(".")[0] == "unittest"
+           for cls in type.__dict__["__mro__"].__get__(kind)):
+        _flag(flag_fd, f"{name} raised unittest's own {type.__dict__['__name__'].__get__(kind)}, "
+                       "a signal of the test machinery")
+
+
+def _flag(flag_fd: int, reason: str) -> None:
+    try:
+        os.write(flag_fd, b"!")
+    except OSError:
+        pass
+    raise _Flagged(reason)
 
 
 def _fix_co_filename(code: object, path: object, _audit: Callable[..., None] = sys.audit) -> None:
