@@ -189,7 +189,9 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     outside the installation and the harness): frames, tracebacks', generators' and coroutines'
     frames, functions' code. Refused unless the harness or the tests ask (the first caller
     outside the installation is theirs): a frame on the main thread's or the enclave's stack, or
-    one of the harness's own frames.
+    one of the harness's own frames. It also does the work of the harness's stand-ins for
+    `_imp._fix_co_filename`, `_imp.create_builtin` and `_signal.signal` (`originals`: the
+    functions they replaced are the hook's alone), for the stand-ins only.
     """
     import _thread
     import inspect
@@ -199,11 +201,11 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     import types
 
     import importlib._bootstrap_external as external
+    from importlib.machinery import BuiltinImporter, ModuleSpec
 
     get_ident, realpath, fsdecode, fspath = _thread.get_ident, os.path.realpath, os.fsdecode, os.fspath
     fix_co_filename, install_signal, frameless = originals["fix_co_filename"], originals["signal"], originals["frameless"]
     signal_code, create_builtin, create_code = originals["signal_code"], originals["create_builtin"], originals["create_code"]
-    from importlib.machinery import BuiltinImporter, ModuleSpec
     builtin_loaded = frozenset(name for name in sys.builtin_module_names if name in sys.modules)
     roots = _trusted_roots()
     compile_bytecode = external._compile_bytecode.__code__
@@ -380,7 +382,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
             finally:
                 del reading[ident]
         if refused:
-            violations.append(event if event not in ("open", "compile") else f"{event} {text(args[0 if event == 'open' else 1]) or type.__dict__['__name__'].__get__(type(args[0 if event == 'open' else 1]))}")
+            named = {"open": 0, "compile": 1, "import": 0}.get(event)  # what was opened, compiled or imported
+            violations.append(event if named is None else f"{event} {text(args[named]) or '?'}")
             raise RuntimeError(f"refused by the BigCodeBench harness: {event}")
 
     hook_code = hook.__code__
