@@ -467,3 +467,19 @@ def test_a_fresh_copy_of_a_builtin_module_is_refused(bench: BigCodeBench) -> Non
              "fresh = importlib.import_module('_sig' + 'nal')\ndef task_func():\n    return 3\n")
     verdict = bench.evaluate(forge, _ONE_TEST, screened=False)
     assert verdict.status == "FAIL" and "audit: bcb.create_builtin" in verdict.detail, verdict
+
+
+def test_the_tests_code_is_no_answer_key(bench: BigCodeBench) -> None:
+    """The test class is reachable (`type.__subclasses__` raises no audit event) and `dis` reads a test
+    method's code for whoever asks: its constants are the expected values. Before 2026-11-26's sixth
+    session a program returned them (a PASS); now a test's code is read only by the tests, the harness,
+    or inspect for a signature (a callback of the tests' given to the program still works)."""
+    forge = ("import dis, unittest\ndef task_func():\n"
+             "    cases = [c for c in getattr(type, '__sub' + 'classes__')(unittest.TestCase) if c.__name__ == 'TestCases'][-1]\n"
+             "    return [c for c in dis.Bytecode(cases.test_a).codeobj.co_consts if type(c) is int][-1]\n")
+    verdict = bench.evaluate(forge, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and "audit: object.__getattr__" in verdict.detail, verdict
+    test = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+            "        self.assertEqual(task_func(lambda a, b: a + b), ['a', 'b'])\n")
+    honest = "import inspect\ndef task_func(function):\n    return list(inspect.signature(function).parameters)\n"
+    assert bench.evaluate(honest, test).passed

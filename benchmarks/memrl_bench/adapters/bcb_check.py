@@ -189,7 +189,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     outside the installation and the harness): frames, tracebacks', generators' and coroutines'
     frames, functions' code. Refused unless the harness or the tests ask (the first caller
     outside the installation is theirs): a frame on the main thread's or the enclave's stack, or
-    one of the harness's own frames. It also does the work of the harness's stand-ins for
+    one of the harness's own frames; the code of a test's or the harness's function (its
+    constants are the tests' expected values), but to inspect reading a signature. It also does the work of the harness's stand-ins for
     `_imp._fix_co_filename`, `_imp.create_builtin` and `_signal.signal` (`originals`: the
     functions they replaced are the hook's alone), for the stand-ins only.
     """
@@ -215,6 +216,7 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
                traceback.walk_tb.__code__, traceback.StackSummary.extract.__func__.__code__,
                traceback.StackSummary._extract_from_extended_frame_gen.__func__.__code__,
                logging.currentframe.__code__}
+    signature_readers = {inspect._signature_from_function.__code__, inspect._has_code_flag.__code__}
     path_types = (pathlib.PurePosixPath, pathlib.PosixPath, os.DirEntry)  # exact types: their path is the installation's
     owners = (types.FrameType, types.TracebackType, types.GeneratorType, types.CoroutineType,
               types.AsyncGeneratorType, types.FunctionType)
@@ -308,8 +310,10 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
         first = asker(frame, False)
         if first is not None and not (filename(first) == own_file or installed(filename(first))):
             return True  # the program asks
-        if attribute == "__code__":
-            return False  # a library reading a function's code for the program (inspect.signature of a callback)
+        if attribute == "__code__":  # the tests' code holds their expected values: read only by them, the
+            # harness, or inspect for a signature (a callback of the tests' given to the program)
+            return (text(exposed.co_filename) in ours and filename(asker(frame, True)) not in ours
+                    and frame.f_code not in signature_readers)
         return exposed is not None and guarded(exposed) and filename(asker(frame, True)) not in ours
 
     def check(event: str, args: tuple, ident: int) -> bool:
