@@ -36,9 +36,10 @@ RUNTIME = {
     "bcb-patch-then-restore": "unittest.TestCase (changed, then restored)",
     "bcb-library-reads-the-frames": "audit: sys._getframe",  # the harness's frame at the bottom of the program's thread
     "bcb-hook-closure-cell": "audit: sys._getframe",
+    "bcb-subinterpreter-rewrites-the-report": "audit: import _xxsubinterpreters",
 }
 PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore", "bcb-library-reads-the-frames",
-                   "bcb-hook-closure-cell"}  # nothing to refuse: the run-time checks decide
+                   "bcb-hook-closure-cell", "bcb-subinterpreter-rewrites-the-report"}  # nothing to refuse: the run-time checks decide
 ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
 
 
@@ -266,7 +267,7 @@ def test_a_librarys_assertion_helpers_replaced_at_run_time_fail(library: str, as
     ("import importlib\n_Stop = getattr(importlib.import_module('unit' + 'test.case'), '_Should' + 'Stop')\n"
      "def task_func(*args, **kwargs):\n    raise _Stop()\n", "raised unittest's own _ShouldStop"),
     ("def task_func(*args, **kwargs):\n    from test.support import ALWAYS_EQ\n    return ALWAYS_EQ\n",
-     "regression-test helpers"),
+     "audit: import _testcapi"),  # test.support loads _testcapi, refused; (the value itself is flagged too)
 ])
 def test_outside_attacks_of_issue_32_fail(code: str, flagged: str, bench: BigCodeBench) -> None:
     """Two forgeries of the blind red-team run (2026-11-26): raising unittest's private _ShouldStop (unittest ends
@@ -483,3 +484,14 @@ def test_the_tests_code_is_no_answer_key(bench: BigCodeBench) -> None:
             "        self.assertEqual(task_func(lambda a, b: a + b), ['a', 'b'])\n")
     honest = "import inspect\ndef task_func(function):\n    return list(inspect.signature(function).parameters)\n"
     assert bench.evaluate(honest, test).passed
+
+
+@pytest.mark.parametrize("module", ["_xxsub' + 'interpreters", "_test' + 'capi", "_test' + 'internalcapi"])
+def test_a_second_interpreter_is_refused(module: str, bench: BigCodeBench) -> None:
+    """Audit hooks are per interpreter: a second blind red-team run (2026-11-26, sixth session) ran ctypes in
+    a subinterpreter, made the harness dumpable again (`prctl`), read the nonce from a helper process and
+    re-signed an all-passed report on the report pipe it had taken over: PASS on 13 of 13 tasks. The
+    modules that run code beyond the hook never load once the program may run."""
+    code = f"import importlib\nimportlib.import_module('{module}')\ndef task_func():\n    return 3\n"
+    verdict = bench.evaluate(code, _ONE_TEST, screened=False)
+    assert verdict.status == "FAIL" and "audit: import _" in verdict.detail, verdict

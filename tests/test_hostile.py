@@ -104,7 +104,7 @@ def test_every_issue_attack_kind_is_in_the_suite() -> None:
                  "tool-swap", "judge-format-injection", "module-test-hook", "new-stdlib-attribute",
                  "builtins-swapped", "by-subclasses", "trace-hook", "code-in-the-checker", "report-fd-from-argv",
                  "caller-frame-outcome-flag", "equals-everything", "patch-then-restore", "library-reads-the-frames",
-                 "hook-closure-cell"):
+                 "hook-closure-cell", "subinterpreter-rewrites-the-report"):
         assert kind in names, kind
     assert {attack.benchmark for attack in hostile.ATTACKS} == set(hostile.BENCHMARKS)
 

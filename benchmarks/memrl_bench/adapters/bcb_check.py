@@ -90,6 +90,10 @@ _WATCHED_EVENTS = _ALWAYS | {"sys._current_frames", "sys._getframe", "open", "im
                              "bcb.create_builtin"}
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__"})  # (f_back raises no event)
 _FLAG_MARK = "flagged: "
+# Modules whose code runs where the audit hook does not: cffi's backend (C calls), a second interpreter
+# (`_xxsubinterpreters`: audit hooks are per interpreter), CPython's C test modules (`_testcapi` runs code
+# in a subinterpreter, `_testinternalcapi` pokes at internals). Never loaded once the program may run.
+_UNHOOKED_MODULES = ("_cffi_backend", "_xx", "xx", "_test", "_ctypes_test")
 _PATCH_SETTINGS = ("getter", "attribute", "attribute_name", "new", "new_callable", "spec", "spec_set", "autospec")  # a failed test's detail when a return value of the program's was flagged
 # The modules whose code decides a test's outcome, snapshotted: a new name, or a name bound to another
 # object, counts (except a name that was None: a lazy cache, such as unittest.mock's file_spec).
@@ -179,7 +183,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     Refused from anyone: trace, profile and audit hooks, the collector's object graph, other
     threads' frames (but for the enclave's own code), opening a process's memory or descriptors
     under /proc (or a path it cannot read without running the program's code), loading native
-    code from outside the installation or cffi's backend (memory access with no audit event),
+    code from outside the installation, or modules whose code runs where the hook does not
+    (`_UNHOOKED_MODULES`: cffi's backend, a second interpreter, CPython's C test modules),
     code that would pass for the installation's or the harness's (compiling under such a file
     name anything but that file's content, making code objects under it, unmarshalling but
     importlib's loading of an installed file, renaming code but importlib's own), swapping a
@@ -324,9 +329,9 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
             return not (ident == enclave and filename(raiser()) == own_file)
         if event == "open":
             return refused_open(args[0])
-        if event == "import":  # cffi, native code from elsewhere, a fresh copy of a builtin module (its originals)
+        if event == "import":  # C with no audit hook, native code from elsewhere, a fresh copy of a builtin module
             native = args[1] if len(args) > 1 else None
-            return (text(args[0]) in builtin_loaded or text(args[0]) == "_cffi_backend"
+            return (text(args[0]) in builtin_loaded or text(args[0]).startswith(_UNHOOKED_MODULES)
                     or native is not None and not installed(name_of(native) or ""))
         if event == "compile":
             name = name_of(args[1]) if len(args) > 1 else None
@@ -348,7 +353,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
             return False
         if event == "bcb.create_builtin":  # a builtin module not loaded before the program ran, made here
             name = text(getattr(args[0], "name", None))
-            if raiser().f_code is not create_code or name in builtin_loaded or type(args[1]) is not list:
+            if (raiser().f_code is not create_code or name in builtin_loaded or name.startswith(_UNHOOKED_MODULES)
+                    or type(args[1]) is not list):
                 return True
             args[1].append(create_builtin(ModuleSpec(name, BuiltinImporter, origin="built-in")))
             return False
