@@ -41,6 +41,7 @@ RUNTIME = {
 PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore", "bcb-library-reads-the-frames",
                    "bcb-hook-closure-cell", "bcb-subinterpreter-rewrites-the-report"}  # nothing to refuse: the run-time checks decide
 ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
+_ONE_TEST = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +346,7 @@ _LIBRARY_FILE = "json.__file__.replace('__init__', 'decoder')"
 def test_code_passing_for_the_installations_fails(code: str, bench: BigCodeBench) -> None:
     """Every way to give the program's code an installed file's name is refused (the first forged a
     PASS with a frame walk to the report's key, past the screen, before 2026-11-26's fifth session)."""
-    test = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+    test = _ONE_TEST
     verdict = bench.evaluate(code, test, screened=False)
     assert verdict.status == "FAIL" and "audit:" in verdict.detail, verdict
     assert bench.evaluate("import json, fractions, decimal\ndef task_func():\n    return 3\n", test).passed
@@ -360,7 +361,7 @@ def test_a_signal_handler_gets_no_frame(bench: BigCodeBench) -> None:
              "signal.signal(signal.SIGUSR1, grab)\nos.kill(os.getpid(), signal.SIGUSR1)\n"
              "FOUND['report'](stage='run', outcomes={name: 'ok' for name in FOUND['names']}, tests_run=1)\n"
              "def task_func():\n    return None\n")
-    test = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+    test = _ONE_TEST
     assert bench.evaluate(forge, test).status != "PASS"
     honest = ("import os, signal\nGOT = []\nsignal.signal(signal.SIGUSR1, lambda signum, frame: GOT.append(signum))\n"
               "os.kill(os.getpid(), signal.SIGUSR1)\ndef task_func():\n    return 3 if GOT == [signal.SIGUSR1] else 0\n")
@@ -376,14 +377,12 @@ def test_asyncio_hands_the_program_no_frame(bench: BigCodeBench) -> None:
              "            FOUND.update(getattr(frame, 'f_' + 'locals'))\n        frame = getattr(frame, 'f_' + 'back')\n"
              "def task_func():\n    asyncio.run(main())\n"
              "    FOUND['report'](stage='run', outcomes={name: 'ok' for name in FOUND['names']}, tests_run=1)\n")
-    test = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
+    test = _ONE_TEST
     verdict = bench.evaluate(forge, test)
     assert verdict.status == "FAIL" and "audit:" in verdict.detail, verdict
     honest = "import asyncio\nasync def main():\n    await asyncio.sleep(0)\n    return 3\ndef task_func():\n    return asyncio.run(main())\n"
     assert bench.evaluate(honest, test).passed
 
-
-_ONE_TEST = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
 
 
 def test_a_library_that_reads_frames_for_the_program_reaches_nothing(bench: BigCodeBench) -> None:

@@ -89,12 +89,13 @@ _WATCHED_EVENTS = _ALWAYS | {"sys._current_frames", "sys._getframe", "open", "im
                              "marshal.loads", "marshal.load", "object.__setattr__", "bcb.fix_co_filename", "bcb.signal",
                              "bcb.create_builtin"}
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__"})  # (f_back raises no event)
-_FLAG_MARK = "flagged: "
+_FLAG_MARK = "flagged: "  # a failed test's detail when a return value of the program's was flagged
 # Modules whose code runs where the audit hook does not: cffi's backend (C calls), a second interpreter
 # (`_xxsubinterpreters`: audit hooks are per interpreter), CPython's C test modules (`_testcapi` runs code
 # in a subinterpreter, `_testinternalcapi` pokes at internals). Never loaded once the program may run.
 _UNHOOKED_MODULES = ("_cffi_backend", "_xx", "xx", "_test", "_ctypes_test")
-_PATCH_SETTINGS = ("getter", "attribute", "attribute_name", "new", "new_callable", "spec", "spec_set", "autospec")  # a failed test's detail when a return value of the program's was flagged
+# What a mock `_patch` of a test method patches, and with what (watched: the program must not change it).
+_PATCH_SETTINGS = ("getter", "attribute", "attribute_name", "new", "new_callable", "spec", "spec_set", "autospec")
 # The modules whose code decides a test's outcome, snapshotted: a new name, or a name bound to another
 # object, counts (except a name that was None: a lazy cache, such as unittest.mock's file_spec).
 _STRICT_MODULES = frozenset({"unittest", "json", "builtins", "sys", "os", "io", "re", "abc", "types", "functools",
@@ -335,8 +336,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
                     or native is not None and not installed(name_of(native) or ""))
         if event == "compile":
             name = name_of(args[1]) if len(args) > 1 else None
-            if name is None or name in ours:
-                return not (name in ours and filename(raiser()) == own_file)
+            if name is None or name in ours:  # (the harness compiled its own and the tests' before the hook)
+                return True
             return installed(name) and not file_holds(name, args[0])
         if event == "code.__new__":
             name = name_of(args[1]) if len(args) > 1 else None
@@ -498,7 +499,7 @@ class _Versions:
 
 
 _GONE = object()
-_ON_MAIN: Callable[..., object] = print  # `on_main` of `_program_thread`: set by `harness`
+_ON_MAIN: Callable[..., object] = NotImplemented  # `on_main` of `_program_thread`: set by `harness` before any use
 # (roots, ANY's class, mock.DEFAULT, NonCallableMock, MagicProxy, the code of mock's magic-method wrapper):
 # set by `harness` before the program runs.
 _GUARD_STATE: tuple = ((), type(None), None, type(None), type(None), None)
@@ -791,9 +792,10 @@ def _enclave(nonce_fd: int, report_fd: int, wake_fd: int, gate_fd: int, flag_fd:
         except BlockingIOError:
             return b""
 
-    def local(name: str) -> str:
-        value = runner.f_locals.get(name)  # type: ignore[union-attr]
-        return str.__str__(value) if issubclass(type(value), str) else ""
+    def texts(*names: str) -> list[str]:
+        """The runner's local variables `names`, each as an exact str ('' if not a str)."""
+        values = runner.f_locals  # type: ignore[union-attr]
+        return [str.__str__(value) if issubclass(type(value), str) else "" for value in map(values.get, names)]
 
     def changes() -> list[str]:
         if watch is None:
@@ -831,7 +833,7 @@ def _enclave(nonce_fd: int, report_fd: int, wake_fd: int, gate_fd: int, flag_fd:
             kind, index = parks[line]
             name = names[index] if 0 <= index < len(names) else ""
             if kind in ("tests_failed", "program_failed", "class_failed", "end_failed", "fail"):
-                detail, module = local("detail"), local("module")
+                detail, module = texts("detail", "module")
                 if module and module not in missing:
                     missing.append(module)
                 if detail.startswith(_FLAG_MARK):
@@ -862,7 +864,7 @@ def _enclave(nonce_fd: int, report_fd: int, wake_fd: int, gate_fd: int, flag_fd:
                        problem=_tail(problem[0] if problem else ""))
             write(gate_fd, b".")
     except Exception as error:  # the program left something the checks cannot read: no pass
-        report(stage="run", error=f"the harness's checks failed ({type.__dict__['__name__'].__get__(type(error))})",
+        report(stage="run", error=f"the harness's checks failed ({_type_name(type(error))})",
                outcomes=outcomes)
 
 
@@ -879,6 +881,10 @@ class _Watch:
         for label, (space, _) in self.spaces.items():
             self.machinery.watch(label, space)
         self.modules = dict(_modules())
+        self._take_tests(spec)
+
+    def _take_tests(self, spec: dict) -> None:
+        """The tests' functions, test case instances and test class, as they are now (`spec` as in `__init__`)."""
         self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(spec)]
         self.instances = tuple(spec.get("instances", ()))
         self.protected = frozenset(spec.get("protected", ()))
@@ -904,10 +910,7 @@ class _Watch:
             self.spaces[label] = (space, {**before, **added})
             self.machinery.retag(space)
         if type(later) is dict:
-            self.functions = [(label, function, _function_state(function)) for label, function in _test_functions(later)]
-            self.instances = tuple(later.get("instances", ()))
-            self.protected = frozenset(later.get("protected", ()))
-            self.cases = self._class_state(later.get("cases"))
+            self._take_tests(later)
 
     def changes(self) -> list[str]:
         found = self.machinery.changes()
@@ -1269,7 +1272,7 @@ def _check_raised(name: str, error: BaseException, flag_fd: int) -> None:
     kind = type(error)
     if any(str(type.__dict__["__dict__"].__get__(cls).get("__module__", "")).split(".")[0] == "unittest"
            for cls in type.__dict__["__mro__"].__get__(kind)):
-        _flag(flag_fd, f"{name} raised unittest's own {type.__dict__['__name__'].__get__(kind)}, "
+        _flag(flag_fd, f"{name} raised unittest's own {_type_name(kind)}, "
                        "a signal of the test machinery")
 
 
@@ -1287,13 +1290,18 @@ def _fix_co_filename(code: object, path: object, _audit: Callable[..., None] = s
     _audit("bcb.fix_co_filename", code, path)
 
 
+def _type_name(kind: type) -> str:
+    """A class's own name, read as the interpreter does (a metaclass cannot show another)."""
+    return str(type.__dict__["__name__"].__get__(kind))
+
+
 def _describe(error: BaseException) -> str:
     import traceback
 
     try:
         return _tail("".join(traceback.format_exception(type(error), error, error.__traceback__.tb_next)))
     except BaseException:  # an exception of the program's that cannot be shown
-        return _tail(f"{type.__dict__['__name__'].__get__(type(error))} (its traceback could not be shown)")
+        return _tail(f"{_type_name(type(error))} (its traceback could not be shown)")
 
 
 
