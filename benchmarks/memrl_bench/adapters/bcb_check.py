@@ -179,7 +179,8 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
     It lives in the enclave's namespace (nothing the program can reach names it) and keeps no
     state a frame of its own would expose: while it runs on a thread, a nested audit event of
     that thread passes only if it is the hook reading the very object it announced (`reading`),
-    so code run inside the hook (a finalizer, a signal handler) gets no frame and no ctypes.
+    so code run inside the hook (a finalizer, a signal handler) gets no frame, no ctypes, no
+    compiling or importing: only opening files, as everywhere.
 
     Refused from anyone: trace, profile and audit hooks, the collector's object graph, other
     threads' frames (but for the enclave's own code), opening a process's memory or descriptors
@@ -383,9 +384,9 @@ def _audit_hook(violations: list[str], own_file: str, anchors: frozenset, enclav
         if ident in reading:  # raised while the hook runs on this thread
             if event == "object.__getattr__" and args[0] is reading[ident]:
                 return  # the hook's own read
-            if event == "open" and not refused_open(args[0]) or event in ("compile", "import"):
-                return  # the hook opens installed files (and code run inside it gains nothing by these)
-            refused = True
+            if event == "open" and not refused_open(args[0]):
+                return  # the hook reads installed files; nothing else it does raises an event it watches
+            refused = True  # code run inside the hook (a finalizer, a signal handler): compiling, importing included
         else:
             reading[ident] = None
             try:
