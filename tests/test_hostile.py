@@ -31,6 +31,7 @@ FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vac
         "bcb-module-test-hook", "bcb-new-stdlib-attribute", "bcb-module-builtins-swapped",
         "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
         "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
+        "bcb-tests-data-by-subclasses", "bcb-answer-from-memory",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
 

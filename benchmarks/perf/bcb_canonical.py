@@ -23,7 +23,10 @@ def main() -> None:
     parser.add_argument("--all-libs", action="store_true", help="also tasks needing third-party libraries")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=60)
-    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "none"))
+    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "none"),
+                        help="none runs the reference solutions on this machine as you: some write outside "
+                             "their directory (BigCodeBench/832 creates /non/existent/path, after which 288 "
+                             "and 350 fail)")
     args = parser.parse_args()
 
     bench = BigCodeBench(data=args.data, subset=args.subset, stdlib_only=not args.all_libs,

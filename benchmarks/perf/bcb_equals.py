@@ -3,7 +3,8 @@
     python -m benchmarks.perf.bcb_equals [--data ../shared/data/bigcodebench] [--all-libs] [--workers 2]
 
 A weakness of BigCodeBench's own tests (an equality test passes whatever the function computed);
-the harness flags such return values, so the answer should be 0. Prints each task passed, then the
+such a value never reaches the tests' process as itself (it arrives as a stand-in equal only to
+itself: `bcb_processes.py`), so the answer should be 0. Prints each task passed, then the
 counts per status and the wall time; exit status 1 if any task passed.
 """
 

@@ -1,7 +1,8 @@
 """BigCodeBench: write one Python function per task; its own unittest, run in a sandbox, grades it.
 
-One LLM call per episode. The reply's code is joined with the task's tests and run by
-`benchmarks/memrl_bench/adapters/bcb_check.py` inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
+One LLM call per episode. The reply's code and the task's tests are run by
+`benchmarks/memrl_bench/adapters/bcb_check.py` (the checker) and `bcb_processes.py` (the tests and the program, each
+in a process of its own) inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
 time/memory/process limits), once `benchmarks/memrl_bench/adapters/bcb_screen.py` has read it and not
 refused it. Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR, REFUSED (the static screen
 found the program touching the test machinery: a failure) and MISSING_LIBRARY (a module not
@@ -40,6 +41,7 @@ TRAIN_RATIO = 0.7
 AUTHORS_SPLIT_SEEDS = {"full": 123, "hard": 42}  # the seeds of MemRL's split_full_seed123 / split_hard_seed42
 DETAIL_CHARS = 600
 CHECKER = Path(__file__).with_name("bcb_check.py")
+PROCESSES = CHECKER.with_name(bcb_check.PROCESSES_FILE)
 VERDICT_MARKER = bcb_check.MARKER
 
 SYSTEM_PROMPT = """You are an expert Python programmer. Solve the task with one complete, self-contained \
@@ -142,7 +144,7 @@ class BigCodeBench:
         timeout: float = 60,
         memory_mb: int = 4096,
         stdlib_only: bool = False,
-        nproc: int = 64,
+        nproc: int = 1024,
         sandbox: str = "bwrap",
         python: str | None = None,
         temperature: float | None = None,
@@ -251,6 +253,7 @@ class BigCodeBench:
             Path(workdir, "solution.py").write_text(code, encoding="utf-8")
             Path(workdir, "tests.py").write_text(imports + "\n" + test if imports else test, encoding="utf-8")
             shutil.copy(CHECKER, Path(workdir, CHECKER.name))
+            shutil.copy(PROCESSES, Path(workdir, PROCESSES.name))
             key = secrets.token_hex(32).encode()
             result = run_sandboxed(
                 [self.python, "-I", "-B", CHECKER.name, "solution.py", "tests.py"],
