@@ -438,6 +438,20 @@ def test_a_value_cannot_change_a_class_of_the_tests_process(bench: BigCodeBench)
     assert bench.evaluate("import collections\ndef task_func():\n    return collections.Counter({'b': 2})\n", test).passed
 
 
+def test_a_context_manager_of_the_programs_swallows_no_assertion(bench: BigCodeBench) -> None:
+    """Found while reviewing (2026-11-27): a value whose `__exit__` returns True would swallow the
+    assertion errors of a test that checks inside its `with` block (so it did in one interpreter).
+    The program's `__exit__` runs; the stand-in's answer is always False."""
+    forge = ("class Opened:\n    def __enter__(self):\n        return 'wrong'\n"
+             "    def __exit__(self, *exc):\n        return True\n"
+             "def task_func():\n    return Opened()\n")
+    test = ("import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
+            "        with task_func() as text:\n            self.assertEqual(text, 'right')\n")
+    verdict = bench.evaluate(forge, test, screened=False)
+    assert verdict.status == "FAIL", verdict
+    assert bench.evaluate(forge.replace("'wrong'", "'right'"), test).passed
+
+
 def test_a_mocks_assertions_are_not_the_programs_to_replace(bench: BigCodeBench) -> None:
     """The program gets the tests' mocks by reference and may set their attributes (`response.encoding`),
     but not what the tests check them with (`assert_called_once_with`, `called`, `call_args`, ...)."""
