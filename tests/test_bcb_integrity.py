@@ -391,6 +391,14 @@ def test_a_forged_message_on_the_programs_channel_runs_nothing_in_the_tests(benc
     assert verdict.status in ("FAIL", "RUNTIME_ERROR"), verdict
 
 
+def _sent_by_value(classes: str) -> str:
+    """Program lines that patch the program's own process's pickler (its own to patch) to send
+    instances of `classes` by value, so that their pickle reaches the tests' unpickler."""
+    return ("_pickler = sys.modules['__main__']._ProgramPickler\n_original = _pickler.persistent_id\n"
+            f"def _by_value(self, obj):\n    return None if type(obj) in ({classes},) else _original(self, obj)\n"
+            "_pickler.persistent_id = _by_value\n")
+
+
 @pytest.mark.parametrize("target, arguments", [
     ("pandas.core.computation.expr.Expr",
      f"({'builtins.exec(' + repr(_EMPTY_ASSERTIONS) + ', builtins.dict())'!r}, 'python', 'python')"),
@@ -408,10 +416,7 @@ def test_a_value_that_runs_code_when_rebuilt_is_refused(target: str, arguments: 
             f"_TARGET = getattr(importlib.import_module({module!r}), {name!r})\n"
             "class Payload:\n    def __reduce__(self):\n"
             f"        return (_TARGET, {arguments})\n"
-            "_pickler = sys.modules['__main__']._ProgramPickler\n_original = _pickler.persistent_id\n"
-            "def _by_value(self, obj):\n    return None if type(obj) is Payload else _original(self, obj)\n"
-            "_pickler.persistent_id = _by_value\nPAYLOAD = Payload()\n"
-            "def task_func():\n    return PAYLOAD\n")
+            + _sent_by_value("Payload") + "PAYLOAD = Payload()\ndef task_func():\n    return PAYLOAD\n")
     verdict = bench.evaluate(code, _ONE_TEST, screened=False)
     assert verdict.status in ("FAIL", "RUNTIME_ERROR"), verdict
 
@@ -421,16 +426,13 @@ def test_a_value_cannot_change_a_class_of_the_tests_process(bench: BigCodeBench)
     put `collections.Counter` itself on the unpickler's stack (`operator.itemgetter`) and set the class's
     `__eq__` (and `__lt__`, `__contains__`, ...) to `slice`, always truthy, through pickle's BUILD. BUILD
     now only sets the state of an object the load made, and `itemgetter` is not a name a value may use."""
-    forge = ("import sys, operator, collections\n_P = sys.modules['__main__']._ProgramPickler\n"
+    forge = ("import sys, operator, collections\n"
              "class _Patch:\n    def __reduce__(self):\n"
              "        attrs = {n: slice for n in ('__eq__', '__lt__', '__le__', '__gt__', '__ge__', '__contains__')}\n"
              "        return (operator.itemgetter(0), ((collections.Counter,),), (None, attrs))\n"
              "class _Select:\n    def __init__(self, val):\n        self.val = val\n"
              "    def __reduce__(self):\n        return (operator.itemgetter(1), ((_Patch(), self.val),))\n"
-             "_original = _P.persistent_id\n"
-             "def _pid(self, obj):\n    return None if type(obj) in (_Patch, _Select) else _original(self, obj)\n"
-             "_P.persistent_id = _pid\n"
-             "def task_func(*args, **kwargs):\n    return _Select(collections.Counter({'a': 1}))\n")
+             + _sent_by_value("_Patch, _Select") + "def task_func(*args, **kwargs):\n    return _Select(collections.Counter({'a': 1}))\n")
     test = ("import collections, unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n"
             "        self.assertEqual(task_func(), collections.Counter({'b': 2}))\n")
     verdict = bench.evaluate(forge, test, screened=False)

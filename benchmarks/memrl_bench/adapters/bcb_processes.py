@@ -312,8 +312,8 @@ class Channel:
         self.lock = threading.RLock()
         self.lent: dict[int, object] = {}
         self.numbers: dict[int, int] = {}
-        self.context_out: callable = lambda: None  # the tests' context sent with each request
-        self.context_in: callable = lambda state: None
+        self.context_out: Callable[[], object] = lambda: None  # the state sent with each message
+        self.context_in: Callable[[object], None] = lambda state: None
 
     # ---- bytes
     def _send(self, data: bytes) -> None:
@@ -640,6 +640,18 @@ class _Trial(_DataUnpickler):
         raise pickle.UnpicklingError("lent")
 
 
+class _Recording(pickle.Pickler):
+    """A plain pickler that keeps every object it pickled (`_ProgramPickler._crosses`)."""
+
+    def __init__(self, file: io.BytesIO, protocol: int) -> None:
+        super().__init__(file, protocol=protocol)
+        self.seen: list = []
+
+    def persistent_id(self, part: object) -> object:
+        self.seen.append(part)
+        return None
+
+
 class _ProgramPickler(pickle.Pickler):
     """The program's values for the tests: allowed data by value, anything else lent (by number)."""
 
@@ -651,21 +663,15 @@ class _ProgramPickler(pickle.Pickler):
 
     def _crosses(self, obj: object) -> bool:
         """Whether `obj` pickles into what the tests' process takes (then its parts need no trial)."""
-        seen: list = []
-
-        class Recording(pickle.Pickler):
-            def persistent_id(self, part: object) -> object:
-                seen.append(part)
-                return None
-
+        buffer = _BytesIO()
+        recording = _Recording(buffer, protocol=4)
         try:
-            buffer = _BytesIO()
-            Recording(buffer, protocol=4).dump(obj)
+            recording.dump(obj)
             _Trial(_BytesIO(buffer.getvalue())).load()
         except Exception:
             return False
-        self.vouched.update(id(part) for part in seen)
-        self.kept.append(seen)  # (ids stay unique while the parts live)
+        self.vouched.update(id(part) for part in recording.seen)
+        self.kept.append(recording.seen)  # (ids stay unique while the parts live)
         return True
 
     def persistent_id(self, obj: object) -> object:
