@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = ["MemoryBank", "RetrieveParams", "Retrieval", "IngestResult", "MemrlError", "__version__"]
 
 _WHERE = {"MemoryBank": "memrl_cli.bank", "Retrieval": "memrl_cli.bank", "IngestResult": "memrl_cli.bank",
-          "RetrieveParams": "memrl_cli.retrieve", "MemrlError": "memrl_cli.errors"}
+          "RetrieveParams": "memrl_cli.method.retrieval", "MemrlError": "memrl_cli.errors"}
 
 
 def __getattr__(name: str) -> Any:

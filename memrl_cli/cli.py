@@ -23,7 +23,7 @@ from typer.core import TyperCommand, TyperGroup
 from memrl_cli.errors import MemrlError, error_object
 
 if TYPE_CHECKING:
-    from memrl_cli.bank import MemoryBank
+    from memrl_cli.bank.memory_bank import MemoryBank
 
 TYPE_NAMES = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
 
@@ -198,7 +198,7 @@ def bank_location(db: str | None, create: bool = True) -> str:
 
 def open_bank(db: str | None, embedder: str | None = None, create: bool = True, index: str = "auto") -> MemoryBank:
     """Open the bank named by --db / MEMRL_DB / the default, printing any warnings on stderr."""
-    from memrl_cli.bank import MemoryBank
+    from memrl_cli.bank.memory_bank import MemoryBank
 
     path = bank_location(db, create)
     bank = MemoryBank(path, embedder, create=create, index=index)
@@ -311,8 +311,8 @@ def ingest(
         if jsonl is not None:
             if intent is not None or experience is not None:
                 raise MemrlError("give either --jsonl or --intent/--experience, not both")
-            from memrl_cli.records import check_scope
-            from memrl_cli.transfer import parse_ingest_lines
+            from memrl_cli.bank.records import check_scope
+            from memrl_cli.ops.transfer import parse_ingest_lines
 
             with open_input(jsonl) as stream:
                 records = parse_ingest_lines(stream)
@@ -373,7 +373,7 @@ def retrieve(
 ) -> None:
     """Find the memories to inject for QUERY; prints a retrieval id to reward later."""
     with command(as_json):
-        from memrl_cli.retrieve import RetrieveParams
+        from memrl_cli.method.retrieval import RetrieveParams
 
         params = RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, epsilon=epsilon, seed=seed,
                                 sim_mean=sim_mean, sim_std=sim_std, q_min=q_min, recall=recall,
@@ -412,7 +412,7 @@ def reward(
         if jsonl is not None and last:
             raise MemrlError("give either --jsonl or --last, not both")
         if jsonl is not None:
-            from memrl_cli.transfer import read_jsonl
+            from memrl_cli.ops.transfer import read_jsonl
 
             with open_input(jsonl) as stream:
                 requests = []
@@ -424,13 +424,13 @@ def reward(
         else:
             if reward_value is None:
                 raise MemrlError("give --reward R")
-            from memrl_cli.ledger import RewardedAlready
+            from memrl_cli.bank.ledger import RewardedAlready
 
             bank = open_bank(db, create=False)
             if last:
                 if retrieval is not None or memory:
                     raise MemrlError("give one of --last, --retrieval and --memory")
-                from memrl_cli.memories import last_unrewarded
+                from memrl_cli.ops.memories import last_unrewarded
 
                 retrieval = last_unrewarded(bank)
             try:
@@ -499,7 +499,7 @@ def memories(
 ) -> None:
     """List memories, filtered by outcome, source, scope, Q range and text, as a table, CSV or JSON."""
     with command(as_json):
-        from memrl_cli.memories import list_memories
+        from memrl_cli.ops.memories import list_memories
 
         fmt = output_format(table=as_table, csv=as_csv, nl=as_nl, json=as_json)
         rows = list_memories(open_bank(db, create=False), outcomes=outcome or (), sources=source or (),
@@ -521,7 +521,7 @@ def log(
 ) -> None:
     """Recent retrievals (receipts): the task, the memories selected, and whether (and how) each was rewarded."""
     with command(as_json):
-        from memrl_cli.memories import receipts
+        from memrl_cli.ops.memories import receipts
 
         rows = receipts(open_bank(db, create=False), number, unrewarded)
         emit({"receipts": rows}, as_json, lambda d: table(
@@ -542,7 +542,7 @@ def forget(
 ) -> None:
     """Forget memories: never retrieved or exported again; their ledger and receipts stay (verify holds)."""
     with command(as_json):
-        from memrl_cli.memories import forget as forget_memories
+        from memrl_cli.ops.memories import forget as forget_memories
 
         emit(forget_memories(open_bank(db, create=False), ids), as_json, lambda d: print(
             f"forgot {count(len(d['forgotten']), 'memory', 'memories')}"
@@ -562,7 +562,7 @@ def edit(
 ) -> None:
     """Change a memory's texts: its next version gets a new id and keeps Q and visits; `memrl history` shows both."""
     with command(as_json):
-        from memrl_cli.memories import edit as edit_memory
+        from memrl_cli.ops.memories import edit as edit_memory
 
         emit(edit_memory(open_bank(db, create=False), memory_id, intent=intent, experience=experience, outcome=outcome,
                          vector=parse_json_option(vector, "vector")),
@@ -579,7 +579,7 @@ def history(
 ) -> None:
     """A memory's versions (each edit's), oldest first, each with its rewards and Q assignments."""
     with command(as_json):
-        from memrl_cli.memories import history as memory_history
+        from memrl_cli.ops.memories import history as memory_history
 
         emit(memory_history(open_bank(db, create=False), memory_id), as_json, _render_history)
 
@@ -606,7 +606,7 @@ def quarantine(
 ) -> None:
     """Exclude memories from every retrieval (they stay in the bank, exports and inspect); logged."""
     with command(as_json):
-        from memrl_cli import hygiene
+        from memrl_cli.ops import hygiene
 
         emit(hygiene.quarantine(open_bank(db, create=False), ids, reason, by), as_json,
              _render_marked("quarantined", "already quarantined"))
@@ -620,7 +620,7 @@ def release(
 ) -> None:
     """Let quarantined memories be retrieved again; logged."""
     with command(as_json):
-        from memrl_cli import hygiene
+        from memrl_cli.ops import hygiene
 
         emit(hygiene.release(open_bank(db, create=False), ids, reason, by), as_json,
              _render_marked("released", "not quarantined"))
@@ -640,7 +640,7 @@ def reset_q(
 ) -> None:
     """Set Q back to its initial value, with a `set` ledger row each (Q = ledger replay still holds)."""
     with command(as_json):
-        from memrl_cli import hygiene
+        from memrl_cli.ops import hygiene
 
         updates = hygiene.reset_q(open_bank(db, create=False), ids, reason, by)
         emit({"updated": updates}, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"], "Q reset"))
@@ -659,7 +659,7 @@ def undo(
 ) -> None:
     """Revert the rewards of a source and/or time window: Q becomes the replay of the ledger without them."""
     with command(as_json):
-        from memrl_cli import hygiene
+        from memrl_cli.ops import hygiene
 
         report = hygiene.undo(open_bank(db, create=False), source, since, until, dry_run=dry_run, reason=reason,
                               actor=by)
@@ -689,7 +689,7 @@ def inspect_cmd(
 ) -> None:
     """Look inside the bank (default: --stats)."""
     with command(as_json):
-        from memrl_cli import inspection
+        from memrl_cli.ops import inspection
 
         chosen = [x for x in (top_q is not None, memory is not None, stats, explain is not None, verify) if x]
         if len(chosen) > 1:
@@ -748,7 +748,7 @@ def explain(retrieval_id: int = typer.Argument(..., help="A retrieval id."), db:
             as_json: bool = JSON) -> None:
     """Why a retrieval selected what it selected (same as `inspect --explain`)."""
     with command(as_json):
-        from memrl_cli import inspection
+        from memrl_cli.ops import inspection
 
         emit(inspection.explain(open_bank(db, create=False), retrieval_id), as_json, _render_explain)
 
@@ -832,7 +832,7 @@ def export_cmd(
 ) -> None:
     """Write the bank as JSONL (header line, then one memory with its ledger per line)."""
     with command(as_json):
-        from memrl_cli.transfer import export_jsonl
+        from memrl_cli.ops.transfer import export_jsonl
 
         if as_json and output == "-":
             raise MemrlError("--json needs -o FILE: on stdout the export itself is the output")
@@ -860,7 +860,7 @@ def import_cmd(
 ) -> None:
     """Import memories with their Q and ledger, all or nothing; re-embeds when vectors do not fit."""
     with command(as_json):
-        from memrl_cli.transfer import import_records, read_export
+        from memrl_cli.ops.transfer import import_records, read_export
 
         with open_input(source_file) as stream:
             exported_with, records = read_export(stream)  # validate all before opening (or creating) the bank
@@ -884,9 +884,9 @@ def merge(
 ) -> None:
     """Merge two banks into a new one: duplicates get visit-weighted Q, both ledgers are kept."""
     with command(as_json):
-        from memrl_cli.transfer import merge as merge_banks
+        from memrl_cli.ops.transfer import merge as merge_banks
 
-        from memrl_cli.store import redact
+        from memrl_cli.store.base import redact
 
         emit(merge_banks(first, second, output), as_json, lambda d: print(
             f"{redact(output)}: {count(d['created'], 'memory', 'memories')} added from {redact(second)}, "
@@ -903,7 +903,7 @@ def backup(
 ) -> None:
     """Copy the bank safely while other processes use it (SQLite online backup)."""
     with command(as_json):
-        from memrl_cli.transfer import backup as backup_bank
+        from memrl_cli.ops.transfer import backup as backup_bank
 
         size = backup_bank(open_bank(db, create=False), destination, force)
         emit({"path": destination, "bytes": size}, as_json, lambda d: print(f"backed up to {d['path']} ({d['bytes']} bytes)"))
@@ -921,7 +921,7 @@ def doctor(
 ) -> None:
     """Report the engine (SQLite driver and sqlite-vec, or the PostgreSQL server) and the bank's health."""
     with command(as_json):
-        from memrl_cli import inspection
+        from memrl_cli.ops import inspection
 
         bank = open_bank(db, create=False)
         report: dict[str, Any] = bank.store.describe()
@@ -1003,7 +1003,7 @@ def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/
            as_json: bool = JSON) -> None:
     """Where learning stalls: per epoch, how often a memory that proved useful existed, was recalled, was selected."""
     with command(as_json):
-        from memrl_cli import report as reports
+        from memrl_cli.ops import report as reports
 
         if not q:
             emit(reports.learning_report(run_dir), as_json, _render_report)
@@ -1011,7 +1011,7 @@ def report(run_dir: str = typer.Argument(..., help="A run directory (runs/<run>/
         analysis = reports.utility_report(run_dir)
         (Path(run_dir) / "utility.json").write_text(json.dumps(analysis, indent=1))
         try:
-            from memrl_cli.report_plot import plot_utility
+            from memrl_cli.ops.report_plot import plot_utility
 
             plot_utility(analysis, Path(run_dir) / "utility.png")
         except ImportError:
@@ -1080,7 +1080,7 @@ def mcp(
         elif host is not None or port is not None:
             http = f"{host or '127.0.0.1'}:{MCP_PORT if port is None else port}"
         need_extra("mcp", "mcp")
-        from memrl_cli.mcp_server import serve
+        from memrl_cli.serving.mcp import serve
 
         serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector, alpha=alpha)
 
@@ -1107,8 +1107,8 @@ def proxy(
     with command(False):
         need_extra("starlette", "proxy")
         need_extra("uvicorn", "proxy")
-        from memrl_cli.proxy import serve
-        from memrl_cli.retrieve import RetrieveParams
+        from memrl_cli.serving.proxy import serve
+        from memrl_cli.method.retrieval import RetrieveParams
 
         serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
               defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector),

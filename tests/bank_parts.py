@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from memrl_cli.connection import BankConnection
-from memrl_cli.records import MEMORY_COLUMNS, MemoryInput, memory_row, now
+from memrl_cli.bank.connection import BankConnection
+from memrl_cli.bank.records import MEMORY_COLUMNS, MemoryInput, memory_row, now
 from memrl_cli.store import open_store
-from memrl_cli.vectors import BankVectors
+from memrl_cli.bank.vectors import BankVectors
 
 
 def connect(location: str, readonly: bool = False) -> BankConnection:

@@ -27,7 +27,7 @@ import typer.main
 from conftest import cli_env, error_line
 from memrl_cli.bank import MemoryBank
 from memrl_cli.cli import app, type_name
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 DIM = 8
 V = json.dumps([0.5, 0.1, -0.2, 0.3, 0.0, 0.7, -0.1, 0.2])
@@ -545,7 +545,7 @@ def test_a_second_process_on_a_running_run_stops_in_one_line(tmp_path: Path) -> 
 def test_a_constraint_race_is_one_line_that_says_to_run_again(tmp_path: Path) -> None:
     """Two processes recording the same row at once (here: the same run twice, as two racing starts of one run
     would): the loser's UNIQUE violation is a one-line MemrlError saying what happened, and nothing is written."""
-    from memrl_cli import runs
+    from memrl_cli.ops import runs
     from memrl_cli.errors import MemrlError
 
     db = tmp_path / "bank.db"

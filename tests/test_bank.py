@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memrl_cli import runs, schema
+from memrl_cli.ops import runs
+from memrl_cli.store import migrations as schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.inspection import memory as memory_view
-from memrl_cli.inspection import verify
-from memrl_cli.learn import q_update, replay
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.ops.inspection import memory as memory_view
+from memrl_cli.ops.inspection import verify
+from memrl_cli.method.learning import q_update, replay
+from memrl_cli.method.retrieval import RetrieveParams
 
 QUERY = "heat an apple in the microwave"
 DISTRACTOR = "heat an apple in the microwave oven"  # nearly the query

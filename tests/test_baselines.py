@@ -21,7 +21,7 @@ from memrl_bench.framework.harness import run_benchmark
 from memrl_bench.framework.reports import comparison_table, progress_printer
 from memrl_bench.framework.self_rag import ISREL_SYSTEM, ISSUP_SYSTEM, ISUSE_SYSTEM, RETRIEVE_SYSTEM
 from memrl_bench.framework.session import bench
-from memrl_cli import inspection
+from memrl_cli.ops import inspection
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
 from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM

@@ -36,7 +36,7 @@ from memrl_bench.adapters.alfworld_prompt import (
 from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough, walkthrough_responder
 from memrl_bench.adapters.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
 from memrl_bench.framework.protocol import Benchmark, Task
-from memrl_cli import runs
+from memrl_cli.ops import runs
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 import bench_data
@@ -507,7 +507,7 @@ def test_bench_alfworld_learns_rewards_and_resumes(data_root: Path, tmp_path: Pa
     import time
 
     from memrl_bench.framework import metrics
-    from memrl_cli import inspection
+    from memrl_cli.ops import inspection
     from memrl_cli.bank import MemoryBank
 
     from memrl_bench.framework.sampling import stratified_sample

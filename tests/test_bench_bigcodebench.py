@@ -171,7 +171,7 @@ def test_bench_bigcodebench_through_the_harness(tmp_path: Path) -> None:
     from memrl_bench.framework.config import BenchConfig
     from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
-    from memrl_cli.inspection import verify
+    from memrl_cli.ops.inspection import verify
 
     rows = rows_by_id(where=DATA)
     bench = BigCodeBench(data=str(DATA), stdlib_only=True, sandbox="none")  # the harness samples 2 of each split

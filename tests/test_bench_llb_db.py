@@ -357,7 +357,7 @@ def test_bench_llb_db_through_the_harness(tmp_path: Path) -> None:
     from memrl_bench.framework.config import BenchConfig
     from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
-    from memrl_cli.inspection import verify
+    from memrl_cli.ops.inspection import verify
 
     _require_mariadb()
     if not (DATA / "db_train.json").is_file():

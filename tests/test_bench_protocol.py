@@ -24,7 +24,7 @@ from memrl_bench.framework.session import default_config, read_config
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings
-from memrl_cli.retrieve import Candidate, RetrieveParams, phase_b, zscores
+from memrl_cli.method.retrieval import Candidate, RetrieveParams, phase_b, zscores
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 TESTS = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""memrl_cli.calibration alone, on both engines: the similarity statistics of z(sim) (measured,
+"""memrl_cli.bank.calibration alone, on both engines: the similarity statistics of z(sim) (measured,
 refreshed on growth, or fixed)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from bank_parts import connect, seed, unit
 
-from memrl_cli.calibration import Calibration
+from memrl_cli.bank.calibration import Calibration
 from memrl_cli.errors import MemrlError
 
 

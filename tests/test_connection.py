@@ -1,4 +1,4 @@
-"""memrl_cli.connection alone, on both engines: transactions and their savepoints, read-only refusal,
+"""memrl_cli.bank.connection alone, on both engines: transactions and their savepoints, read-only refusal,
 caches that another connection's commit invalidates, and the chunked id reads."""
 
 from __future__ import annotations

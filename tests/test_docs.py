@@ -66,7 +66,7 @@ def test_the_generated_help_is_current(capsys: pytest.CaptureFixture[str]) -> No
 def test_schema_doc_covers_every_table_and_column() -> None:
     import sqlite3
 
-    from memrl_cli import schema
+    from memrl_cli.store import migrations as schema
 
     text = (DOCS / "schema.md").read_text(encoding="utf-8")
     conn = sqlite3.connect(":memory:", isolation_level=None)

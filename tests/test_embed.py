@@ -15,10 +15,10 @@ import pytest
 
 from benchmarks.testing.chat_server import ScriptedChatServer
 from memrl_cli.bank import MemoryBank
-from memrl_cli import embed
-from memrl_cli.embed import MODELS_DIR, PROBE_TEXT, check_fingerprint, fingerprint, get_embedder, normalise
+from memrl_cli.bank import embedders as embed
+from memrl_cli.bank.embedders import MODELS_DIR, PROBE_TEXT, check_fingerprint, fingerprint, get_embedder, normalise
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 
 class EmbeddingServer(ScriptedChatServer):

@@ -22,7 +22,8 @@ from memrl_bench.framework.config import BenchConfig, parse_eval_limit
 from memrl_bench.framework.harness import Run, run_benchmark
 from memrl_bench.framework.pool import episode_groups
 from memrl_bench.framework.protocol import Episode, Task
-from memrl_cli import inspection, runs
+from memrl_cli.ops import inspection
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings

@@ -15,7 +15,7 @@ from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.protocol import Episode, Task
 from memrl_bench.framework.sampling import episode_seed
 from memrl_bench.framework.worker import Played
-from memrl_cli import runs
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 from test_cli import as_json, error_line, memrl, table_state
 
-from memrl_cli import hygiene, sqlite, transfer
+from memrl_cli.ops import hygiene
+from memrl_cli.store import sqlite
+from memrl_cli.ops import transfer
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.inspection import memory as memory_view
-from memrl_cli.inspection import stats, top_q, verify
-from memrl_cli.learn import q_update
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.ops.inspection import memory as memory_view
+from memrl_cli.ops.inspection import stats, top_q, verify
+from memrl_cli.method.learning import q_update
+from memrl_cli.method.retrieval import RetrieveParams
 
 DIM = 16
 SOURCES = ["run:a", "run:b", "evil", None, "50%_x", "a[1]", "Run:c"]

@@ -1,4 +1,4 @@
-"""memrl_cli.index alone, on both engines: Phase-A search (in process and by the engine), quarantine
+"""memrl_cli.bank.search_index alone, on both engines: Phase-A search (in process and by the engine), quarantine
 and source filters, the matrix kept current, the engine's optional index; and the Store's answers
 about `index=` choices that the bank asks instead of knowing the engines itself."""
 
@@ -11,9 +11,9 @@ import pytest
 from bank_parts import connect, seed, unit
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.index import SearchIndex
-from memrl_cli.embed import normalise
-from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams, group_recall
+from memrl_cli.bank.search_index import SearchIndex
+from memrl_cli.bank.embedders import normalise
+from memrl_cli.method.retrieval import SEARCH_WIDTH, RetrieveParams, group_recall
 from memrl_cli.store import INDEX_NAMES, check_index_change
 
 

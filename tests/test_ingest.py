@@ -1,4 +1,4 @@
-"""memrl_cli.ingest alone, on both engines: all of a batch or none, duplicates kept once, imported
+"""memrl_cli.bank.writer alone, on both engines: all of a batch or none, duplicates kept once, imported
 state kept, and the engine index and calibration kept up by every write that adds memories."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from bank_parts import connect, unit
 
-from memrl_cli.calibration import Calibration
+from memrl_cli.bank.calibration import Calibration
 from memrl_cli.errors import MemrlError
-from memrl_cli.index import SearchIndex
-from memrl_cli.ingest import MemoryWriter
-from memrl_cli.records import IngestResult, MemoryInput, now
-from memrl_cli.vectors import BankVectors
+from memrl_cli.bank.search_index import SearchIndex
+from memrl_cli.bank.writer import MemoryWriter
+from memrl_cli.bank.records import IngestResult, MemoryInput, now
+from memrl_cli.bank.vectors import BankVectors
 
 
 def writer_at(location: str, mode: str = "auto") -> MemoryWriter:

@@ -14,7 +14,7 @@ from benchmarks.learning.oracle import expected_ceiling, oracle_pick
 from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
 from benchmarks.learning.table import ADAPTER, NO_LLM, _pm, mean_se, non_inferiority, run
 from memrl_cli.bank import MemoryBank
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 
 def tie_bank(location: str) -> tuple[MemoryBank, list[int], list[int]]:

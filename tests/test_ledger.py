@@ -1,4 +1,4 @@
-"""memrl_cli.ledger alone, on both engines: rewards by receipt or by ids (all or none), the request
+"""memrl_cli.bank.ledger alone, on both engines: rewards by receipt or by ids (all or none), the request
 checks, outright Q, revisions; Q always equals the replay of its ledger."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from bank_parts import connect, seed, unit
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.learn import q_update, replay
-from memrl_cli.ledger import Ledger, check_reward_request
+from memrl_cli.method.learning import q_update, replay
+from memrl_cli.bank.ledger import Ledger, check_reward_request
 
 
 def receipt(ledger: Ledger, selected: list[int]) -> int:

@@ -1,4 +1,4 @@
-"""The everyday operations (memrl_cli.memories) on both engines: scopes that retrieval filters on,
+"""The everyday operations (memrl_cli.ops.memories) on both engines: scopes that retrieval filters on,
 listing with filters, forget (a tombstone: never retrieved, ledger kept, verify green), edit (a new
 version, Q carried), a memory's history, and the log of receipts with `reward --last`."""
 
@@ -10,11 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-from memrl_cli import inspection, memories
+from memrl_cli.ops import inspection
+from memrl_cli.ops import memories
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.transfer import export_jsonl, import_jsonl
+from memrl_cli.method.retrieval import RetrieveParams
+from memrl_cli.ops.transfer import export_jsonl, import_jsonl
 
 E = [1.0, 0.0, 0.0, 0.0]
 NEAR = [0.95, 0.3, 0.0, 0.0]

@@ -10,7 +10,7 @@ from typer.main import get_command
 from conftest import ROOT
 from memrl_bench.framework.config import HARNESS_DEPARTURES, SELECTORS, BenchConfig
 from memrl_cli.cli import app
-from memrl_cli.retrieve import DEPARTURES, RetrieveParams
+from memrl_cli.method.retrieval import DEPARTURES, RetrieveParams
 
 
 def departures_table() -> dict[str, str]:

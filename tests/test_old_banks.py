@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import error_line
-from memrl_cli import inspection, runs, schema
+from memrl_cli.ops import inspection
+from memrl_cli.ops import runs
+from memrl_cli.store import migrations as schema
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 DATA = Path(__file__).resolve().parent / "data"
 EXPECTED = json.loads((DATA / "bank_9ce9eef.json").read_text())

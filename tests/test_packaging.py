@@ -44,15 +44,16 @@ CORE = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
 
 
 # Library modules loaded only for one feature, and the extra that declares their imports.
-FEATURE_MODULES = {"postgres.py": "postgres", "mcp_server.py": "mcp", "proxy.py": "proxy", "serve.py": "proxy",
-                   "report_plot.py": "plots"}
+FEATURE_MODULES = {"store/postgres.py": "postgres", "store/postgres_driver.py": "postgres", "serving/mcp.py": "mcp",
+                   "serving/proxy.py": "proxy", "serving/network.py": "proxy", "ops/report_plot.py": "plots"}
 
 
 def _imports(folder: str, only: set[str] | None = None, skip: set[str] = frozenset()) -> set[str]:
     """Top-level names of the modules imported in a package's source (or in the files named `only`)."""
     names: set[str] = set()
     for path in (REPO / folder).rglob("*.py"):
-        if (only is not None and path.name not in only) or path.name in skip:
+        name = path.relative_to(REPO / folder).as_posix()
+        if (only is not None and name not in only) or name in skip:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -71,7 +72,7 @@ def test_every_import_is_declared_and_the_library_needs_only_the_core() -> None:
     everything = CORE | {n for extra in PYPROJECT["project"]["optional-dependencies"] for n in _extra(extra)}
     for module, dists in _distributions(_imports("memrl_cli", skip=set(FEATURE_MODULES))).items():
         assert dists & CORE, f"memrl_cli imports {module} but the core does not declare it"
-    for name, extra in FEATURE_MODULES.items():  # e.g. memrl_cli.postgres, loaded only for postgresql:// banks
+    for name, extra in FEATURE_MODULES.items():  # e.g. memrl_cli.store.postgres, loaded only for postgresql:// banks
         for module, dists in _distributions(_imports("memrl_cli", only={name})).items():
             assert dists & (CORE | _extra(extra)), f"memrl_cli/{name} imports {module} but the {extra} extra does not declare it"
     for module, dists in _distributions(_imports("benchmarks")).items():

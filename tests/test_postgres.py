@@ -22,13 +22,14 @@ import numpy as np
 import pytest
 
 from conftest import error_line, run_memrl
-from memrl_cli import hygiene, schema
+from memrl_cli.ops import hygiene
+from memrl_cli.store import migrations as schema
 from memrl_cli.bank import MemoryBank
-from memrl_cli.embed import normalise
+from memrl_cli.bank.embedders import normalise
 from memrl_cli.errors import MemrlError
-from memrl_cli.inspection import MEMORY_FIELDS, stats, verify
-from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.transfer import LEDGER_FIELDS, export_jsonl, import_jsonl, merge
+from memrl_cli.ops.inspection import MEMORY_FIELDS, stats, verify
+from memrl_cli.method.retrieval import RetrieveParams
+from memrl_cli.ops.transfer import LEDGER_FIELDS, export_jsonl, import_jsonl, merge
 
 pytestmark = pytest.mark.postgres
 
@@ -196,7 +197,7 @@ GATE = 0x6D656D7274  # an advisory lock the test holds until every worker is rea
 REWARDER = """
 import json, random, sys
 from memrl_cli.bank import MemoryBank
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 url, worker, n, dim, gate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(worker)
 applied = 0

@@ -17,7 +17,8 @@ from benchmarks.testing.toy_benchmark import responder
 
 from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import run_benchmark
-from memrl_cli import inspection, runs
+from memrl_cli.ops import inspection
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings

@@ -11,7 +11,7 @@ import pytest
 
 import bench_data
 from memrl_cli.bank import MemoryBank
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 MEMORIES_PER_GAME = 6
 

@@ -1,4 +1,4 @@
-"""memrl_cli.receipts alone, on both engines: retrieval leaves exactly one receipt (or none until
+"""memrl_cli.bank.retriever alone, on both engines: retrieval leaves exactly one receipt (or none until
 recorded), and the query-conditioned utility reads past rewarded receipts."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from bank_parts import connect, seed, unit
 
-from memrl_cli.calibration import Calibration
+from memrl_cli.bank.calibration import Calibration
 from memrl_cli.errors import MemrlError
-from memrl_cli.index import SearchIndex
-from memrl_cli.receipts import Retriever
-from memrl_cli.retrieve import Candidate, RetrieveParams
-from memrl_cli.vectors import BankVectors
+from memrl_cli.bank.search_index import SearchIndex
+from memrl_cli.bank.retriever import Retriever
+from memrl_cli.method.retrieval import Candidate, RetrieveParams
+from memrl_cli.bank.vectors import BankVectors
 
 
 def retriever_at(location: str) -> Retriever:

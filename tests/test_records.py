@@ -1,4 +1,4 @@
-"""memrl_cli.records alone: what a bank accepts as a memory, and the row it stores."""
+"""memrl_cli.bank.records alone: what a bank accepts as a memory, and the row it stores."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.records import (MAX_TEXT_BYTES, MEMORY_COLUMNS, MemoryInput, check_text, content_hash, memory_row,
+from memrl_cli.bank.records import (MAX_TEXT_BYTES, MEMORY_COLUMNS, MemoryInput, check_text, content_hash, memory_row,
                                now)
 from memrl_cli.store import open_store
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from benchmarks.perf import crash, load
-from memrl_cli import inspection
+from memrl_cli.ops import inspection
 from memrl_cli.bank import MemoryBank
 
 

@@ -20,7 +20,7 @@ from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 from memrl_cli.bank import MemoryBank
 from memrl_bench.framework.llm import LLMSettings
-from memrl_cli.report import learning_report
+from memrl_cli.ops.report import learning_report
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 COUNTS = ("episodes", "successes", "receipts", "existed", "recalled", "selected")
@@ -101,7 +101,7 @@ def test_utility_report_of_a_real_run(tmp_path):
     the success rate by Q bin and Spearman's ρ per epoch, printed, in utility.json and drawn in utility.png. Q learned
     from rewards predicts success there, so ρ is positive over the run."""
     from benchmarks.learning.table import ADAPTER, NO_LLM
-    from memrl_cli.report import spearman
+    from memrl_cli.ops.report import spearman
 
     config = BenchConfig(benchmark=ADAPTER, method="memrl", epochs=4, batch_size=8, threshold=0.3, seed=1,
                          options={"scenario": "a"})

@@ -1,4 +1,4 @@
-"""Phase A and Phase B of retrieval (memrl_cli.retrieve), as pure functions on arrays."""
+"""Phase A and Phase B of retrieval (memrl_cli.method.retrieval), as pure functions on arrays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.retrieve import Z_CLIP, Candidate, RetrieveParams, phase_a, phase_b, similarity_stats, zscores
+from memrl_cli.method.retrieval import Z_CLIP, Candidate, RetrieveParams, phase_a, phase_b, similarity_stats, zscores
 
 STATS = (0.2, 0.1)  # a bank's (mean, std) of intent-intent cosine
 
@@ -197,7 +197,7 @@ def test_similarity_stats_all_pairs_and_sampled() -> None:
 
 def test_a_reward_that_would_overflow_q_is_refused() -> None:
     from memrl_cli.errors import MemrlError
-    from memrl_cli.learn import q_update
+    from memrl_cli.method.learning import q_update
 
     assert q_update(1e308, 1e308, 1.0) == 1e308
     with pytest.raises(MemrlError, match="overflow"):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from memrl_cli.bank import MemoryBank
-from memrl_cli.embed import _package_file
-from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams
-from memrl_cli.scan import SHORTLIST_MIN, MatrixIndex
+from memrl_cli.bank.embedders import _package_file
+from memrl_cli.method.retrieval import SEARCH_WIDTH, RetrieveParams
+from memrl_cli.method.matrix_index import SHORTLIST_MIN, MatrixIndex
 
 DIM = 32
 ALL = RetrieveParams(k1=5, k2=3, threshold=-1.0)

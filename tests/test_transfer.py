@@ -19,10 +19,10 @@ import pytest
 
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.inspection import memory as memory_view
-from memrl_cli.inspection import verify
-from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.transfer import backup, export_jsonl, import_jsonl, merge, parse_ingest_lines, read_export
+from memrl_cli.ops.inspection import memory as memory_view
+from memrl_cli.ops.inspection import verify
+from memrl_cli.method.retrieval import RetrieveParams
+from memrl_cli.ops.transfer import backup, export_jsonl, import_jsonl, merge, parse_ingest_lines, read_export
 
 INTENTS = ["heat an apple in the microwave", "cool a tomato in the fridge", "wash a plate in the sink",
            "put two pillows on the sofa", "examine the book under the lamp", "slice bread with a knife"]

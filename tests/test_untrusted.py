@@ -16,7 +16,7 @@ from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import error_line, run_memrl
 from benchmarks.testing.toy_benchmark import responder
 
-from memrl_cli import sqlite as memrl_sqlite
+from memrl_cli.store import sqlite as memrl_sqlite
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 

@@ -1,4 +1,4 @@
-"""memrl_cli.vectors alone: the embedder recorded on the first write, given vectors checked, and the
+"""memrl_cli.bank.vectors alone: the embedder recorded on the first write, given vectors checked, and the
 query cache that lets a repeated query skip the (real, local) model."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from bank_parts import connect
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.records import now
-from memrl_cli.vectors import BankVectors
+from memrl_cli.bank.records import now
+from memrl_cli.bank.vectors import BankVectors
 
 
 def test_the_first_write_records_the_embedder_and_later_ones_check_against_it(tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
     from memrl_bench.framework.config import BenchConfig
     from memrl_bench.framework.harness import run_benchmark
     from memrl_bench.framework.llm import LLMSettings
-    from memrl_cli.report import learning_report
+    from memrl_cli.ops.report import learning_report
 
     data = data or str(ARCHIVE)
     options: dict[str, Any] = {"games": games, "sample_seed": sample_seed, "max_steps": max_steps,
@@ -240,9 +240,9 @@ def own_script_counts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
     carrying their own game's actions (a success script of the same game) that existed in the bank
     when the episode's retrieval ran, was recalled (a Phase-A candidate), was selected (injected),
     and was selected in an episode that won."""
-    from memrl_cli import runs
+    from memrl_cli.ops import runs
     from memrl_cli.bank import MemoryBank
-    from memrl_cli.report import run_location, training_receipts
+    from memrl_cli.ops.report import run_location, training_receipts
 
     run_id, location = run_location(run_dir)
     with MemoryBank(location, create=False) as bank:

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.bank import MemoryBank
-from memrl_cli.embed import get_embedder
-from memrl_cli.retrieve import RetrieveParams
-from memrl_cli.scan import MatrixIndex
+from memrl_cli.bank.embedders import get_embedder
+from memrl_cli.method.retrieval import RetrieveParams
+from memrl_cli.method.matrix_index import MatrixIndex
 
 DIM = 384
 CHUNK = 5000

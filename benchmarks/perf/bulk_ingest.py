@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks.perf.bank_perf import memory_text
 from memrl_cli.bank import MemoryBank
-from memrl_cli.embed import get_embedder
+from memrl_cli.bank.embedders import get_embedder
 
 
 def records(memories: int, intents: int) -> list[dict[str, str]]:

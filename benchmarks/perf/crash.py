@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from memrl_cli import inspection, runs
+from memrl_cli.ops import inspection
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +93,7 @@ def writer_reward(db: str) -> None:
     with MemoryBank(db, SPEC) as bank:
         rows = bank.conn.execute("SELECT count(*) FROM rewards").fetchone()[0]
         print(f"committed {rows}", flush=True)
-        from memrl_cli.retrieve import RetrieveParams
+        from memrl_cli.method.retrieval import RetrieveParams
 
         while True:
             requests = [{"memory_ids": [int(rng.integers(1, SEED_MEMORIES + 1))], "reward": float(rng.choice([-1, 1])),

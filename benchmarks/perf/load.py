@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from memrl_cli import inspection
+from memrl_cli.ops import inspection
 from memrl_cli.bank import MemoryBank
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 HOT_MEMORIES = 8
 DIM = 32

@@ -28,7 +28,7 @@ reported too). Then:
 - **HNSW ef_search**: retrieve latency and recall@k1 at each `hnsw.ef_search` of `EF_SEARCH`, for the
   grouped retrieve (`recall="groups"`, what these figures were first measured on) and for one that recalls k1
   memories (`recall="memories"`, the default since issue 31) (the bank's
-  default, `memrl_cli.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on fresh
+  default, `memrl_cli.store.postgres.HNSW_EF_SEARCH`, is chosen from this). Each setting is timed on fresh
   queries of its own; recall is measured on the interleaved measurement's queries, the same for
   every setting. Fresh queries come from a random stream of their own (seed, 1).
 - **Rewards with the HNSW index**: the random-memory rewards again, on the PostgreSQL bank once its
@@ -62,9 +62,9 @@ import numpy as np
 
 from benchmarks.perf.bank_perf import build_bank, clustered_vectors, near_queries, percentiles
 from memrl_cli.bank import MemoryBank
-from memrl_cli.inspection import verify
-from memrl_cli.postgres import PostgresStore
-from memrl_cli.retrieve import SEARCH_WIDTH, RetrieveParams
+from memrl_cli.ops.inspection import verify
+from memrl_cli.store.postgres import PostgresStore
+from memrl_cli.method.retrieval import SEARCH_WIDTH, RetrieveParams
 
 MODES = ("hot", "random")
 ENGINES = ("postgresql", "sqlite")

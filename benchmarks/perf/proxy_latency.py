@@ -33,7 +33,7 @@ from openai import OpenAI
 
 from benchmarks.testing.chat_server import ScriptedChatServer
 from memrl_cli.bank import MemoryBank
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 TARGET_SLACK_S = 0.005
 TOPICS = ["heat an egg", "cool a tomato", "clean a mug", "put a book on the shelf", "slice bread", "find the keys",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.perf import bank_perf, cold_cli, pg_perf
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.retrieval import RetrieveParams
 
 HERE = Path(__file__).parent
 RETRIEVE_RATIO = {100_000: 1.5, 1_000_000: 2.0}  # target: retrieve within this multiple of a flat scan

@@ -16,9 +16,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from memrl_cli import hygiene, runs  # noqa: E402
+from memrl_cli.ops import hygiene  # noqa: E402
+from memrl_cli.ops import runs  # noqa: E402
 from memrl_cli.bank import MemoryBank  # noqa: E402
-from memrl_cli.retrieve import RetrieveParams  # noqa: E402
+from memrl_cli.method.retrieval import RetrieveParams  # noqa: E402
 
 VECTORS = [[1.0, 0.0, 0.0, 0.0], [0.9, 0.1, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.7, 0.0, 0.7, 0.0],
            [0.0, 0.0, 0.0, 1.0]]

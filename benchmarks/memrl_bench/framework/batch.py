@@ -20,7 +20,7 @@ from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.sampling import episode_seed
 from memrl_bench.framework.worker import Played
-from memrl_cli import runs
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank, MemoryInput, Retrieval
 
 

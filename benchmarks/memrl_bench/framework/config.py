@@ -15,8 +15,8 @@ from typing import Any
 from memrl_bench.framework import self_rag
 from memrl_cli import validators
 from memrl_cli.errors import MemrlError
-from memrl_cli.learn import check_reward
-from memrl_cli.retrieve import RetrieveParams
+from memrl_cli.method.learning import check_reward
+from memrl_cli.method.retrieval import RetrieveParams
 from memrl_cli.settings import check_all, setting
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
@@ -30,7 +30,7 @@ METHODS["memrl-conditioned"] = 0.5  # the one alternative Phase B kept (docs/met
 SELECTORS = {"memrl-conditioned": "memrl-conditioned"}  # method → Phase-B selector (others: the paper's `memrl`)
 RECALL_SWITCHES = ("recall", "group_threshold", "pool", "member_similarity", "sim_stats")  # RetrieveParams fields
 # Every departure from the paper's rule a run can switch on, with its value off (the paper's): the retrieval
-# switches of `memrl_cli.retrieve.DEPARTURES`, plus the harness's own (docs/method.md's table lists them all).
+# switches of `memrl_cli.method.retrieval.DEPARTURES`, plus the harness's own (docs/method.md's table lists them all).
 HARNESS_DEPARTURES = {"dedup": False, "skip_env_errors": False}
 
 
@@ -90,7 +90,7 @@ class BenchConfig:
     (the authors' BCB/LLB: −0.8). `sim_mean`/`sim_std` fix z(sim)'s statistics (the authors'
     per-benchmark constants) instead of the candidates'. The departures from the paper's rule, each
     off by default: `recall`, `group_threshold`, `pool`, `member_similarity`, `sim_stats` (retrieval,
-    `memrl_cli.retrieve.DEPARTURES`); `dedup` (an episode whose memory has the same intent and
+    `memrl_cli.method.retrieval.DEPARTURES`); `dedup` (an episode whose memory has the same intent and
     experience as a stored one adds none); `skip_env_errors` (an episode the environment failed is
     neither rewarded nor stored, instead of counting as a failure). `embedder` names the bank's embedding
     model (e.g. `openai:text-embedding-3-large`, the authors'). `config_file` records which

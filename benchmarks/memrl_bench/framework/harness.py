@@ -43,10 +43,11 @@ from memrl_bench.framework.protocol import Task
 from memrl_bench.framework.reports import plot_learning_curves
 from memrl_bench.framework.sampling import episode_seed, stratified_sample
 from memrl_bench.framework.worker import Played, can_prepare, load_ahead, play_group, uses_llm
-from memrl_cli import __version__, runs
+from memrl_cli import __version__
+from memrl_cli.ops import runs
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
-from memrl_cli.learn import number
+from memrl_cli.method.learning import number
 
 
 def code_version() -> str:
