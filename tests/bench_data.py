@@ -15,8 +15,9 @@ from typing import NoReturn
 import pytest
 
 from conftest import unavailable as _unavailable
-from memrl_bench.adapters import alfworld_data, llb_common
-from memrl_bench.adapters.bigcodebench import DATA_ENV as BIGCODEBENCH_ENV
+from memrl_bench.adapters import llb_common
+from memrl_bench.adapters.alfworld import data as alfworld_data
+from memrl_bench.adapters.bigcodebench.benchmark import DATA_ENV as BIGCODEBENCH_ENV
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]

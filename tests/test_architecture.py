@@ -235,6 +235,17 @@ print(json.dumps({name: (spec.origin if (spec := importlib.util.find_spec(name))
 """
 
 
+def test_every_package_folder_is_installed() -> None:
+    """pyproject.toml lists the packages a wheel holds: every folder with an `__init__.py` under memrl_cli/ and
+    benchmarks/memrl_bench/ (a new sub-package not listed would be missing from `pip install .`)."""
+    tomllib = pytest.importorskip("tomllib", reason="needs Python 3.11+ to read pyproject.toml")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(base).parts) for base in (ROOT, ROOT / "benchmarks")
+             for top in ("memrl_cli", "memrl_bench") for init in (base / top).rglob("__init__.py")
+             if (base / top).is_dir() and ".venv" not in init.parts}
+    assert found - listed == set(), f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
+
+
 def test_the_install_exposes_memrl_cli_and_memrl_bench_only(tmp_path: Path) -> None:
     """An interpreter outside the checkout (isolated: no PYTHONPATH, no current directory on the path)
     imports `memrl_cli` and `memrl_bench` from this checkout's install, and no top-level `benchmarks`:

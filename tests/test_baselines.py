@@ -24,7 +24,7 @@ from memrl_bench.framework.session import bench
 from memrl_cli.ops import inspection
 from memrl_cli.bank import MemoryBank, MemoryInput
 from memrl_cli.errors import MemrlError
-from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"

@@ -14,9 +14,9 @@ import bench_data
 import pytest
 
 from benchmarks.testing import hostile
-from memrl_bench.adapters import bcb_check
-from memrl_bench.adapters.bcb_screen import screen
-from memrl_bench.adapters.bigcodebench import BigCodeBench, _load_rows, canonical_program, extract_code
+from memrl_bench.adapters.bigcodebench import bcb_check
+from memrl_bench.adapters.bigcodebench.screen import screen
+from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench, _load_rows, canonical_program, extract_code
 
 DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")
 needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
@@ -471,7 +471,7 @@ def test_values_cross_as_data_only() -> None:
     """What a value from the program may name when the tests' process rebuilds it: data classes of the
     standard library, numpy, pandas, matplotlib; never a function that runs code, `getattr` for anything
     but a pickled figure's methods, a metaclass or a class of the program's."""
-    from memrl_bench.adapters import bcb_processes
+    from memrl_bench.adapters.bigcodebench import bcb_processes
 
     allowed = [("collections", "OrderedDict"), ("datetime", "datetime"), ("copyreg", "_reconstructor"),
                ("numpy", "ndarray"), ("pandas.core.frame", "DataFrame"), ("builtins", "set")]

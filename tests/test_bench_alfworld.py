@@ -21,10 +21,10 @@ from typing import Iterator
 import conftest
 import pytest
 
-from memrl_bench.adapters.alfworld import AlfworldBenchmark
-from memrl_bench.adapters.alfworld_game import GameEnv
-from memrl_bench.adapters.alfworld_examples import load_examples_file
-from memrl_bench.adapters.alfworld_prompt import (
+from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
+from memrl_bench.adapters.alfworld.game import GameEnv
+from memrl_bench.adapters.alfworld.examples import load_examples_file
+from memrl_bench.adapters.alfworld.prompt import (
     EXAMPLE_PREFIX,
     MEMORY_INTRO,
     SYSTEM_PROMPT,
@@ -33,8 +33,8 @@ from memrl_bench.adapters.alfworld_prompt import (
     opening_messages,
     parse_action,
 )
-from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough, walkthrough_responder
-from memrl_bench.adapters.alfworld_data import load_walkthrough, resolve_data_dir, strip_banner
+from memrl_bench.adapters.alfworld.walkthrough import replay_walkthrough, walkthrough_responder
+from memrl_bench.adapters.alfworld.data import load_walkthrough, resolve_data_dir, strip_banner
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.ops import runs
 from memrl_cli.errors import MemrlError
@@ -250,7 +250,7 @@ def test_textworld_turns_go_to_a_loaded_game_then_a_step_then_a_game_for_later()
     import threading
     import time
 
-    from memrl_bench.adapters.alfworld_game import LOAD, LOAD_AHEAD, STEP, _Turns
+    from memrl_bench.adapters.alfworld.game import LOAD, LOAD_AHEAD, STEP, _Turns
 
     turns, order = _Turns(), []
     promoted = threading.Event()  # a game for later that its episode now waits for
@@ -282,7 +282,7 @@ def test_textworld_turns_go_to_a_loaded_game_then_a_step_then_a_game_for_later()
 def test_a_textworld_wait_interrupted_leaves_the_turns_as_they_were() -> None:
     import threading
 
-    from memrl_bench.adapters.alfworld_game import LOAD, STEP, _Turns
+    from memrl_bench.adapters.alfworld.game import LOAD, STEP, _Turns
 
     turns, asked = _Turns(), []
 
@@ -406,7 +406,7 @@ def test_opening_messages_put_example_then_memories_then_task() -> None:
 
 TEXTWORLD_IMPORT = """
 import json, os
-from memrl_bench.adapters.alfworld_game import textworld_parts
+from memrl_bench.adapters.alfworld.game import textworld_parts
 
 textworld_parts()  # the first import of ALFWorld in this process
 import alfworld.info  # already loaded: what ALFWorld set $ALFWORLD_DATA to
@@ -475,7 +475,7 @@ def learning_responder(tasks: list[Task]):
     task is close enough (≥ 0.95 cosine: other trials of the same task) recall memories and succeed,
     so the harness must store, retrieve and reward them.
     """
-    from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+    from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
     replay = walkthrough_responder(tasks)
 
@@ -646,7 +646,7 @@ def test_bench_alfworld_runs_offline_without_an_api_key(sample_root: Path, tmp_p
 def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchmark) -> None:
     """The learning testbed's agent: a memory with another game's actions or a reflection does not help."""
     from benchmarks.learning.alfworld_scripted import REFLECTION, actions_line, scripted_agent
-    from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+    from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
     listed = bench.tasks("valid_unseen")
     tasks = [listed[0], next(t for t in listed if t.query != listed[0].query)]  # the first two games share an intent
@@ -766,7 +766,7 @@ def test_a_game_prepared_ahead_plays_as_one_its_episode_starts(sample_root: Path
     prepared and never played is closed with the adapter."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import memrl_bench.adapters.alfworld as alfworld
+    import memrl_bench.adapters.alfworld.benchmark as alfworld
 
     bench = AlfworldBenchmark(data=str(sample_root), examples=examples())
     tasks = one_per_type(bench.tasks("valid_unseen"), ("put", "heat", "clean", "examine"))

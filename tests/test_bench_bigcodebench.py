@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl_bench.adapters.bigcodebench import BigCodeBench, canonical_program, extract_code, format_memories
+from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench, canonical_program, extract_code, format_memories
 from memrl_bench.framework.protocol import Benchmark
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMSettings

@@ -13,8 +13,9 @@ from pathlib import Path
 import bench_data
 import pytest
 
-from memrl_bench.adapters import alfworld_data, llb_common
-from memrl_bench.adapters.bigcodebench import BigCodeBench
+from memrl_bench.adapters import llb_common
+from memrl_bench.adapters.alfworld import data as alfworld_data
+from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench
 
 TESTS = Path(__file__).resolve().parent
 

@@ -19,10 +19,10 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="the hle extra is not installed: pip install -e '.[hle]'")
 import pyarrow.parquet as pq  # noqa: E402
 
-from memrl_bench.adapters.hle import HLE  # noqa: E402
-from memrl_bench.adapters.hle_data import image_data_url  # noqa: E402
-from memrl_bench.adapters.hle_judge import QUOTED_LABEL, judge_prompt, parse_judgement  # noqa: E402
-from memrl_bench.adapters.hle_match import answer_letter, extract_answer, local_verdict, normalize_answer  # noqa: E402
+from memrl_bench.adapters.hle.benchmark import HLE  # noqa: E402
+from memrl_bench.adapters.hle.data import image_data_url  # noqa: E402
+from memrl_bench.adapters.hle.judge import QUOTED_LABEL, judge_prompt, parse_judgement  # noqa: E402
+from memrl_bench.adapters.hle.match import answer_letter, extract_answer, local_verdict, normalize_answer  # noqa: E402
 from memrl_bench.framework.protocol import Benchmark  # noqa: E402
 from memrl_cli.errors import MemrlError  # noqa: E402
 from memrl_bench.framework.llm import ChatClient, LLMSettings  # noqa: E402

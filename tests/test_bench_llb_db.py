@@ -25,11 +25,13 @@ import bench_data  # noqa: E402
 from benchmarks.testing.chat_server import ScriptedChatServer  # noqa: E402
 
 from memrl_bench.adapters import llb_common  # noqa: E402
-from memrl_bench.environments import mariadb_local, mysql8_compat, mysql_address  # noqa: E402
-from memrl_bench.adapters.llb_db import SPLIT_FILES, LLBDatabase
-from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase, create_table_sql
-from memrl_bench.adapters.llb_db_grading import direct_answer_matches
-from memrl_bench.adapters.llb_db_prompt import DB_OUTPUT_FORMAT, instruction_text, parse_action
+from memrl_bench.environments.mysql import mariadb_local
+from memrl_bench.environments.mysql import mysql8_compat
+from memrl_bench.environments.mysql import address as mysql_address  # noqa: E402
+from memrl_bench.adapters.llb_db.benchmark import SPLIT_FILES, LLBDatabase
+from memrl_bench.adapters.llb_db.episode_database import EpisodeDatabase, create_table_sql
+from memrl_bench.adapters.llb_db.grading import direct_answer_matches
+from memrl_bench.adapters.llb_db.prompt import DB_OUTPUT_FORMAT, instruction_text, parse_action
 from memrl_bench.framework.observation_cap import MAX_OBSERVATION_BYTES
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError
@@ -304,8 +306,8 @@ def test_worker_processes_share_one_server(adapter: LLBDatabase) -> None:
 
 _LIFECYCLE_SCRIPT = """
 import json, sys
-from memrl_bench.adapters.llb_db import LLBDatabase
-from memrl_bench.environments import mysql_server
+from memrl_bench.adapters.llb_db.benchmark import LLBDatabase
+from memrl_bench.environments.mysql import server as mysql_server
 bench = LLBDatabase(data=sys.argv[1], server="mariadb")
 address = bench.address()
 record = mysql_server.running_server()

@@ -30,13 +30,15 @@ from test_bench_llb_db import TIE_ORDER_IDS, _ground_truth_agent, _sample_tasks
 from test_bench_llb_os import (CHECK_ATTACKS, LIMITED, bash, client_for, expected_limit_statuses, finish, limit_statuses,
                                 scripted)
 
-from memrl_bench.environments import docker_images, mysql8_compat, mysql_server
+from memrl_bench.environments import docker_images
+from memrl_bench.environments.mysql import mysql8_compat
+from memrl_bench.environments.mysql import server as mysql_server
 from benchmarks.testing import hostile
-from memrl_bench.adapters.llb_db import SPLIT_FILES as DB_SPLITS
-from memrl_bench.adapters.llb_db import LLBDatabase
-from memrl_bench.adapters.llb_os import CORRECT, INCORRECT, LLBOperatingSystem
-from memrl_bench.environments.os_docker import DockerSandbox
-from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.adapters.llb_db.benchmark import SPLIT_FILES as DB_SPLITS
+from memrl_bench.adapters.llb_db.benchmark import LLBDatabase
+from memrl_bench.adapters.llb_os.benchmark import CORRECT, INCORRECT, LLBOperatingSystem
+from memrl_bench.environments.os_machines.os_docker import DockerSandbox
+from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 from memrl_cli.errors import MemrlError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -242,7 +244,7 @@ def test_the_check_runs_with_the_images_tools_not_the_agents(client: Any) -> Non
 def test_an_untrusted_check_is_refused_unless_accepted(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without root beside the daemon the check would run with the agent's tools: a run stops with
     one line saying so, unless `untrusted_check` accepts it (then the episode records why)."""
-    from memrl_bench.environments import os_docker
+    from memrl_bench.environments.os_machines import os_docker
 
     monkeypatch.setattr(os_docker.os, "geteuid", lambda: 1000)
     adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10)
@@ -309,8 +311,8 @@ def test_db_ground_truths_reproduce_through_docker(db_adapter: LLBDatabase) -> N
 
 _INTERRUPTED_RUN = """
 import json, sys, time
-from memrl_bench.environments import mysql_server
-from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.environments.mysql import server as mysql_server
+from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 mysql_server.acquire("docker")
 sandbox = SandboxFactory(backend="docker").create()
 sandbox.run("(sleep 300 &); true")

@@ -26,7 +26,7 @@ from benchmarks.testing import hostile
 from benchmarks.testing.chat_server import ScriptedChatServer
 
 from memrl_bench.adapters import llb_common
-from memrl_bench.adapters.llb_os import (
+from memrl_bench.adapters.llb_os.benchmark import (
     CORRECT,
     ENV_ERROR,
     FORMAT_ERROR,
@@ -36,10 +36,10 @@ from memrl_bench.adapters.llb_os import (
     LLBOperatingSystem,
     parse_action,
 )
-from memrl_bench.environments.os_bwrap import BwrapSandbox
-from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, CommandResult, Sandbox
-from memrl_bench.environments.os_rootfs import ensure_rootfs
-from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.environments.os_machines.os_bwrap import BwrapSandbox
+from memrl_bench.environments.os_machines.os_machine import MAX_CAPTURED_BYTES, CommandResult, Sandbox
+from memrl_bench.environments.os_machines.os_rootfs import ensure_rootfs
+from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 from memrl_bench.framework.observation_cap import MAX_OBSERVATION_BYTES
 from memrl_bench.framework.protocol import Benchmark, Task
 from memrl_cli.errors import MemrlError

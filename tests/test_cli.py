@@ -405,7 +405,7 @@ def test_json_is_the_only_switch_to_json(tmp_path: Path) -> None:
 def test_mcp_and_proxy_share_host_and_port_and_ports_differ() -> None:
     """`--host`/`--port` on both servers, `mcp --http` hidden (deprecated); the default ports of the proxy,
     MCP over HTTP and the offline model all differ."""
-    from memrl_bench.environments.local_llm import DEFAULT_PORT as MODEL_PORT
+    from memrl_bench.framework.local_llm import DEFAULT_PORT as MODEL_PORT
 
     from memrl_cli.cli import MCP_PORT
 

@@ -19,7 +19,7 @@ from memrl_bench.framework.baselines import ADJUST_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 from memrl_bench.framework.pool import open_pool
 from memrl_bench.framework.protocol import LLM, Episode, Task
-from memrl_cli.experience import REFLECTION_SYSTEM
+from memrl_bench.framework.experience import REFLECTION_SYSTEM
 
 TOY = "benchmarks.testing.toy_benchmark:Passcodes"
 ROOMS = [Task(f"train/room{r}", f"What is the passcode of room {r}?", payload=r) for r in (1, 2, 3)]

@@ -19,7 +19,7 @@ from test_bench_llb_docker import client  # noqa: F401  (client: the session's d
 from test_hostile import agent, arena  # noqa: F401  (the same host canaries and scripted attacker)
 
 from benchmarks.testing import hostile
-from memrl_bench.environments import mysql_server
+from memrl_bench.environments.mysql import server as mysql_server
 from memrl_bench.framework.protocol import Benchmark
 
 TARGETS = ("llb-os:docker", "llb-db:docker")

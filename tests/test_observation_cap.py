@@ -29,7 +29,7 @@ def test_a_cut_never_splits_a_character_and_can_keep_the_end() -> None:
 
 def test_hle_grades_and_remembers_a_capped_answer(tmp_path: Path) -> None:
     """A 4 MB answer is cut in the middle before the judge or the memory sees it; its answer line survives."""
-    from memrl_bench.adapters.hle import HLE
+    from memrl_bench.adapters.hle.benchmark import HLE
 
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"id": "q1", "question": "6 x 7?", "answer": "42", "category": "Math",

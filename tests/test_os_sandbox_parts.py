@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import unavailable
 
-from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_exec import enter_command, run_captured
-from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, Limits, reported_limit
-from memrl_bench.environments.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, default_rootfs_path, ensure_rootfs, rootfs_ready
+from memrl_bench.environments.os_machines.os_cgroup import Cgroup
+from memrl_bench.environments.os_machines.os_exec import enter_command, run_captured
+from memrl_bench.environments.os_machines.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, Limits, reported_limit
+from memrl_bench.environments.os_machines.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, default_rootfs_path, ensure_rootfs, rootfs_ready
 
 KEPT_CAPABILITIES_MASK = "00000000a00425fb"  # Docker's default set minus MKNOD, as /proc/*/status shows it
 # Forks until the cgroup refuses, then waits for its children (none is left behind in the cgroup).

@@ -22,7 +22,7 @@ def alfworld_bank(tmp_path_factory: pytest.TempPathFactory):
     data = bench_data.alfworld()
     if data is None:
         bench_data.unavailable("alfworld")
-    from memrl_bench.adapters.alfworld_data import list_games, resolve_data_dir
+    from memrl_bench.adapters.alfworld.data import list_games, resolve_data_dir
 
     games = list_games(resolve_data_dir(str(data)), "train")
     assert len(games) == 3553

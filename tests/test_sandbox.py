@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memrl_bench.adapters.bigcodebench import python_readable_paths
+from memrl_bench.adapters.bigcodebench.benchmark import python_readable_paths
 from memrl_bench.environments.sandbox import SandboxResult, live_pids_of_uid, run_sandboxed
 from memrl_cli.errors import MemrlError
 

@@ -1,4 +1,4 @@
-"""The one configuration layer (memrl_cli/settings.py) through `memrl bench`: flags > environment >
+"""The one configuration layer (benchmarks/memrl_bench/framework/settings.py) through `memrl bench`: flags > environment >
 YAML > defaults for a bench setting and an LLM setting, one-line errors for a bad value from each
 source with nothing written, and a `--help` that cannot drift from the settings it documents."""
 
@@ -16,7 +16,7 @@ from benchmarks.testing.toy_benchmark import responder
 from memrl_bench.framework import session
 from memrl_bench.framework.config import BenchConfig
 from conftest import error_line, run_memrl
-from memrl_cli import settings
+from memrl_bench.framework import settings
 from memrl_cli.cli import app
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import LLMSettings, resolve_llm_settings

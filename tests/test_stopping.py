@@ -19,7 +19,7 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from benchmarks.testing.toy_benchmark import responder
 
-from memrl_bench.environments.local_llm import free_port, gguf_path, require_llama_server
+from memrl_bench.framework.local_llm import free_port, gguf_path, require_llama_server
 from memrl_cli.bank import MemoryBank
 from memrl_cli.errors import MemrlError
 
@@ -109,7 +109,7 @@ def test_sigterm_to_bench_stops_the_local_model_server(tmp_path: Path) -> None:
 
 def test_sigterm_to_the_local_model_launcher_stops_its_server() -> None:
     _offline_model_or_skip()
-    proc = subprocess.Popen([sys.executable, "-m", "memrl_bench.environments.local_llm", "--port", str(free_port())], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "memrl_bench.framework.local_llm", "--port", str(free_port())], cwd=REPO,
                             env=conftest.cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     assert proc.stdout is not None

@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from memrl_bench.adapters.alfworld import AlfworldBenchmark
-from memrl_bench.adapters.alfworld_prompt import MEMORY_INTRO, TURN_PREFIX
-from memrl_bench.adapters.alfworld_data import SHORT_TYPES, list_games, load_walkthrough
+from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
+from memrl_bench.adapters.alfworld.prompt import MEMORY_INTRO, TURN_PREFIX
+from memrl_bench.adapters.alfworld.data import SHORT_TYPES, list_games, load_walkthrough
 from memrl_bench.framework.protocol import Task
 from memrl_cli.errors import MemrlError
-from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO.parent / "shared" / "data" / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from memrl_bench.adapters.bigcodebench import BigCodeBench, Verdict, canonical_program, prompt_imports
+from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench, Verdict, canonical_program, prompt_imports
 
 
 def main() -> None:

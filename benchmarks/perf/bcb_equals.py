@@ -17,7 +17,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from memrl_bench.adapters.bigcodebench import BigCodeBench
+from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = '''class Anything:

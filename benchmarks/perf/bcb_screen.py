@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from memrl_bench.adapters.bcb_screen import screen
-from memrl_bench.adapters.bigcodebench import _load_rows, canonical_program
+from memrl_bench.adapters.bigcodebench.screen import screen
+from memrl_bench.adapters.bigcodebench.benchmark import _load_rows, canonical_program
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,15 +29,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.adapters.alfworld import AlfworldBenchmark
-from memrl_bench.adapters.alfworld_game import INVALID_ACTION, GameEnv
-from memrl_bench.adapters.alfworld_prompt import TURN_PREFIX
-from memrl_bench.adapters.alfworld_walkthrough import replay_walkthrough
-from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
+from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
+from memrl_bench.adapters.alfworld.game import INVALID_ACTION, GameEnv
+from memrl_bench.adapters.alfworld.prompt import TURN_PREFIX
+from memrl_bench.adapters.alfworld.walkthrough import replay_walkthrough
+from memrl_bench.adapters.alfworld.data import load_walkthrough, strip_banner
 from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 from memrl_bench.framework.sampling import stratified_sample
-from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 from memrl_bench.framework.llm import LLMSettings
 
 REPO = Path(__file__).resolve().parents[2]

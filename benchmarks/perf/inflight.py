@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.adapters.alfworld import AlfworldBenchmark
+from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
 from memrl_bench.framework.config import BenchConfig
 from memrl_bench.framework.harness import run_benchmark
 from memrl_bench.framework.sampling import stratified_sample
@@ -98,7 +98,7 @@ class RssSampler:
 
 def _warm_worker() -> float:
     """In a fresh worker: import TextWorld (as the first game does); return this process's RSS in MB."""
-    from memrl_bench.adapters.alfworld_game import textworld_parts
+    from memrl_bench.adapters.alfworld.game import textworld_parts
 
     textworld_parts()
     return rss_mb(os.getpid())

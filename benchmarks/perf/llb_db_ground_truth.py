@@ -13,9 +13,9 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from memrl_bench.adapters.llb_db import SPLIT_FILES, LLBDatabase
-from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase
-from memrl_bench.adapters.llb_db_grading import direct_answer_matches
+from memrl_bench.adapters.llb_db.benchmark import SPLIT_FILES, LLBDatabase
+from memrl_bench.adapters.llb_db.episode_database import EpisodeDatabase
+from memrl_bench.adapters.llb_db.grading import direct_answer_matches
 from memrl_bench.framework.protocol import Task
 
 

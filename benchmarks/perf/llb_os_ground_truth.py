@@ -17,9 +17,9 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from memrl_bench.adapters.llb_os import SPLIT_FILES, LLBOperatingSystem
-from memrl_bench.environments.os_machine import CommandResult
-from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.adapters.llb_os.benchmark import SPLIT_FILES, LLBOperatingSystem
+from memrl_bench.environments.os_machines.os_machine import CommandResult
+from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 from memrl_bench.framework.protocol import Task
 
 

@@ -453,7 +453,7 @@ def _error_body(message: str, kind: str, param: str | None = None) -> dict:
 
 def distilling(responder: Callable[[dict], Any], reply: str = "Reuse what worked; avoid what failed.") -> Callable[[dict], Any]:
     """`responder` for the agent, plus a fixed answer to memrl's memory-building (script/reflection) requests."""
-    from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+    from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
     def respond(request: dict) -> Any:
         if request["messages"][0]["content"] in (SCRIPT_SYSTEM, REFLECTION_SYSTEM):

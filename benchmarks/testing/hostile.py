@@ -461,21 +461,21 @@ def make_adapter(benchmark: str, data: dict[str, str], options: dict[str, Any] |
     """The adapter an attack runs against; `data` maps benchmark -> data path, `options` its options."""
     options = dict(options or {})
     if benchmark == "bigcodebench":
-        from memrl_bench.adapters.bigcodebench import BigCodeBench
+        from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench
 
         return BigCodeBench(data=data[benchmark], stdlib_only=True, **{"timeout": 20, "memory_mb": 1024, **options})
     if benchmark == "llb-os":
-        from memrl_bench.adapters.llb_os import LLBOperatingSystem
+        from memrl_bench.adapters.llb_os.benchmark import LLBOperatingSystem
 
         limits = {"command_timeout": 10, "max_rounds": 4, "memory_mb": 512, "nproc": 128, "cpu_seconds": 10,
                   "disk_mb": 256}
         return LLBOperatingSystem(data=data[benchmark], **{**limits, **options})
     if benchmark == "llb-db":
-        from memrl_bench.adapters.llb_db import LLBDatabase
+        from memrl_bench.adapters.llb_db.benchmark import LLBDatabase
 
         return LLBDatabase(data=data[benchmark], max_rounds=6, **options)
     if benchmark == "hle":
-        from memrl_bench.adapters.hle import HLE
+        from memrl_bench.adapters.hle.benchmark import HLE
 
         return HLE(data=data[benchmark], **options)
     raise ValueError(f"unknown benchmark {benchmark!r}")
@@ -537,7 +537,7 @@ def attack_task(bench: Benchmark, task_id: str | None = None) -> Task:
 def honest_replies(bench: Benchmark, task: Task) -> tuple[str, ...]:
     """Replies that solve `task`: the reference solution, ground truth or gold answer."""
     if bench.name == "bigcodebench":
-        from memrl_bench.adapters.bigcodebench import canonical_program
+        from memrl_bench.adapters.bigcodebench.benchmark import canonical_program
 
         return (f"```python\n{canonical_program(bench._rows[task.id])}\n```",)
     if bench.name == "llb-os":
@@ -555,7 +555,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     if any("@PRELOAD_LIBRARY_BASE64@" in reply for reply in attack.replies):
         fill["@PRELOAD_LIBRARY_BASE64@"] = preload_library()
     if bench.name == "llb-db":
-        from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase
+        from memrl_bench.adapters.llb_db.episode_database import EpisodeDatabase
 
         victim = EpisodeDatabase(bench.address(), task.payload["table_info"])
         fill.update({"@VICTIM@": victim.name, "@VICTIM_TABLE@": victim.table["name"],
@@ -569,7 +569,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     victim_before = victim.table_md5() if victim else None
     databases_before: set[str] = set()
     if bench.name == "llb-db":
-        from memrl_bench.adapters.llb_db_episode_database import episode_databases
+        from memrl_bench.adapters.llb_db.episode_database import episode_databases
 
         databases_before = episode_databases(bench.address())  # type: ignore[attr-defined]
     started = time.monotonic()
@@ -585,7 +585,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
     if len(episode.trajectory.encode("utf-8", errors="surrogatepass")) > MAX_TRAJECTORY_BYTES:
         reasons.append(f"the episode's trajectory (its memory) holds {len(episode.trajectory)} characters")
     if bench.name == "llb-db":
-        from memrl_bench.adapters.llb_db_episode_database import episode_databases, server_leftovers
+        from memrl_bench.adapters.llb_db.episode_database import episode_databases, server_leftovers
 
         names = [episode.info["database"]] if "database" in episode.info else sorted(
             episode_databases(bench.address()) - databases_before)  # type: ignore[attr-defined]

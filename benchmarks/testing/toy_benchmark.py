@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from memrl_bench.framework.protocol import LLM, Episode, Task
-from memrl_cli.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
+from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
 
 def code(room: int) -> str:

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from memrl_bench.adapters.alfworld_data import GAMES_DIR, SHORT_TYPES, list_games  # noqa: E402
+from memrl_bench.adapters.alfworld.data import GAMES_DIR, SHORT_TYPES, list_games  # noqa: E402
 
 ALFWORLD_SAMPLE = HERE / "alfworld" / "json_2.1.1_sample.tar.xz"
 ALFWORLD_EXAMPLES = HERE / "alfworld" / "examples_from_walkthroughs.json"
@@ -67,7 +67,7 @@ def write_alfworld(root: Path) -> None:
 
 
 def write_examples(root: Path) -> None:
-    from memrl_bench.adapters.alfworld_examples import build_walkthrough_examples
+    from memrl_bench.adapters.alfworld.examples import build_walkthrough_examples
 
     items = [{"task": kind, "example": dialogue} for kind, dialogue in build_walkthrough_examples(root).items()]
     ALFWORLD_EXAMPLES.write_text(json.dumps(items, indent=1) + "\n")

@@ -1,1 +1,2 @@
-"""Where the adapters run: sandboxes, the MySQL server, Docker images and the offline local model."""
+"""Where the adapters run: the bubblewrap sandbox of untrusted code (`sandbox`), the LLB-OS machines
+(`os_machines/`), the LLB-DB MySQL server (`mysql/`) and memrl's Docker images (`docker_images`)."""

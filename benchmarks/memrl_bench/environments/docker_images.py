@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.environments.os_machine import SANDBOX_PATH
-from memrl_bench.environments.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, SUITE, default_rootfs_path, ensure_rootfs
+from memrl_bench.environments.os_machines.os_machine import SANDBOX_PATH
+from memrl_bench.environments.os_machines.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, SUITE, default_rootfs_path, ensure_rootfs
 from memrl_cli.errors import MemrlError
 
 _IMPORT_TIMEOUT = 900  # seconds the daemon may take to import one root filesystem

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from memrl_cli.bank import MemoryBank
-from memrl_cli.experience import Chat, split_experience
+from memrl_bench.framework.experience import Chat, split_experience
 
 REFLEXION_WINDOW = 3
 ADJUST_SYSTEM = ("You maintain a procedure an agent followed on a task similar to a new one, where it failed. "

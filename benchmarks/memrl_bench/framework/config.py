@@ -2,7 +2,7 @@
 remembers and learns a utility, and which benchmarks it applies to: `check_method`) and
 `BenchConfig`, the settings stored with every run.
 
-Each setting is one field of `BenchConfig` (type, default, check: `memrl_cli.settings`); the
+Each setting is one field of `BenchConfig` (type, default, check: `memrl_bench.framework.settings`); the
 session (`memrl_bench.framework.session`) reads them from flags and YAML, and the harness
 (`memrl_bench.framework.harness`) runs with them.
 """
@@ -17,7 +17,7 @@ from memrl_cli import validators
 from memrl_cli.errors import MemrlError
 from memrl_cli.method.learning import check_reward
 from memrl_cli.method.retrieval import RetrieveParams
-from memrl_cli.settings import check_all, setting
+from memrl_bench.framework.settings import check_all, setting
 
 METHODS = {"memrl": 0.5, "rag": 0.0, "none": None}  # method → default λ (None: no memory at all)
 METHODS["memp"] = 0.0  # baselines (benchmarks/memrl_bench/framework/baselines.py): MemP retrieves by similarity only

@@ -16,9 +16,9 @@ from typing import Any
 
 import openai
 
-from memrl_cli import settings
+from memrl_bench.framework import settings
 from memrl_cli.errors import MemrlError
-from memrl_cli.settings import setting
+from memrl_bench.framework.settings import setting
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

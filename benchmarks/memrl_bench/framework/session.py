@@ -29,7 +29,7 @@ from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, Be
 from memrl_bench.framework.harness import RunInterrupted, RunStopped, run_benchmark
 from memrl_bench.framework.reports import LiveProgress, plan_printer, progress_printer, write_comparison
 from memrl_bench.framework.signals import interrupt_on_termination
-from memrl_cli import settings
+from memrl_bench.framework import settings
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LLMSettings, resolve_llm_settings
 
@@ -147,7 +147,7 @@ def llm_endpoint(config: str | None, flags: dict[str, Any], local_llm: bool,
     if configured is not None:
         yield configured
         return
-    from memrl_bench.environments.local_llm import INSTALL_HINT, LocalModelServer, gguf_path, require_llama_server
+    from memrl_bench.framework.local_llm import INSTALL_HINT, LocalModelServer, gguf_path, require_llama_server
 
     if not local_llm:
         try:

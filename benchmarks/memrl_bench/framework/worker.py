@@ -31,7 +31,7 @@ from typing import Any
 from memrl_bench.framework import baselines, registry, self_rag
 from memrl_bench.framework.llm import ChatClient, LLMSettings
 from memrl_bench.framework.protocol import LLM, Benchmark, Episode, Task
-from memrl_cli.experience import distil
+from memrl_bench.framework.experience import distil
 
 
 @dataclass

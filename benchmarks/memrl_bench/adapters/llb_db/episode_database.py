@@ -24,8 +24,9 @@ from typing import Any
 
 import pymysql
 
-from memrl_bench.adapters.llb_db_grading import table_md5_sql
-from memrl_bench.environments import mysql8_compat, mysql_address
+from memrl_bench.adapters.llb_db.grading import table_md5_sql
+from memrl_bench.environments.mysql import mysql8_compat
+from memrl_bench.environments.mysql import address as mysql_address
 from memrl_bench.framework.observation_cap import cap
 
 STATEMENT_TIMEOUT = 30  # seconds a MariaDB statement may run (max_statement_time)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from memrl_bench.adapters.alfworld_data import load_walkthrough, strip_banner
-from memrl_bench.adapters.alfworld_game import GameEnv, env_error_episode
-from memrl_bench.adapters.alfworld_prompt import TURN_PREFIX
+from memrl_bench.adapters.alfworld.data import load_walkthrough, strip_banner
+from memrl_bench.adapters.alfworld.game import GameEnv, env_error_episode
+from memrl_bench.adapters.alfworld.prompt import TURN_PREFIX
 from memrl_bench.framework.protocol import Episode, Task
 from memrl_cli.errors import MemrlError
 

@@ -14,7 +14,7 @@ never holds the verdict, its channel, nor anything the tests compare its results
   exited, the checker decides and prints the verdict as the last stdout line,
   `MARKER <hmac-sha256 hex> <json>`, where the json is `{"status": PASS|FAIL|RUNTIME_ERROR|
   MISSING_LIBRARY, "detail": str, "tests": int, "module": str|null}`. A line the key did not sign
-  is a forgery (`memrl_bench.adapters.bigcodebench` scores it FAIL); a report the nonce did not
+  is a forgery (`memrl_bench.adapters.bigcodebench.benchmark` scores it FAIL); a report the nonce did not
   sign is one too.
 * the **tests' process** and the **program's process**: `bcb_processes.py` (its docstring). The tests
   run in a process no code of the program's ever runs in; the program's functions are called over

@@ -1,4 +1,5 @@
-"""Run a BigCodeBench program's tests in a process the program never runs in.
+"""Run a BigCodeBench program's tests in a process the program never runs in. Runs standalone, by path:
+one file, because both processes run it in the sandbox outside any installed package, so it stays whole.
 
 Usage (by `bcb_check.py`, beside it): `python -B -s bcb_processes.py tests REPORT_FD NONCE_FD SOLUTION.py
 TESTS.py`; the tests' process starts `bcb_processes.py program SOCKET_FD ADDRESS` itself. Not `-I`: both

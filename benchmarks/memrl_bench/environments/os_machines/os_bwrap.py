@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_exec import enter_command, run_captured, start_agent_namespace
-from memrl_bench.environments.os_machine import (PRISTINE, SANDBOX_HOSTNAME, CommandResult, Limits, SandboxError,
+from memrl_bench.environments.os_machines.os_cgroup import Cgroup
+from memrl_bench.environments.os_machines.os_exec import enter_command, run_captured, start_agent_namespace
+from memrl_bench.environments.os_machines.os_machine import (PRISTINE, SANDBOX_HOSTNAME, CommandResult, Limits, SandboxError,
                                                  reported_limit)
-from memrl_bench.environments.os_rootfs import INSTALL_HINT
+from memrl_bench.environments.os_machines.os_rootfs import INSTALL_HINT
 from memrl_cli.errors import MemrlError
 
 _START_SECONDS = 30.0  # how long bwrap may take to start the sandbox
@@ -104,7 +104,7 @@ class BwrapSandbox:
         return int(info["child-pid"])
 
     def run(self, script: str, trusted: bool = False) -> CommandResult:
-        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/memrl_bench/environments/os_enter.py`).
+        """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/memrl_bench/environments/os_machines/os_enter.py`).
 
         `trusted` (for the check that grades the episode) runs it with the pristine rootfs's
         shell, tools, loader and libraries, and the system directories first on PATH.

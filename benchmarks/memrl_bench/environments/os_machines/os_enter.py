@@ -1,6 +1,6 @@
 """Enter a running LLB OS sandbox and run one script there, with limits and reduced capabilities.
 
-Usage (as root, by `memrl_bench.environments.os_bwrap.BwrapSandbox`, and by `os_docker.DockerSandbox` for the check;
+Usage (as root, by `memrl_bench.environments.os_machines.os_bwrap.BwrapSandbox`, and by `os_docker.DockerSandbox` for the check;
 stdlib only, run with `python -I -S`):
 
     python os_enter.py PID CAPS LIMITS_JSON CGROUP_PROCS_FILES_JSON trusted|untrusted -- PROGRAM ARG...

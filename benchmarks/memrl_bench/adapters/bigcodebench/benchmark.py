@@ -1,9 +1,9 @@
 """BigCodeBench: write one Python function per task; its own unittest, run in a sandbox, grades it.
 
 One LLM call per episode. The reply's code and the task's tests are run by
-`benchmarks/memrl_bench/adapters/bcb_check.py` (the checker) and `bcb_processes.py` (the tests and the program, each
+`benchmarks/memrl_bench/adapters/bigcodebench/bcb_check.py` (the checker) and `bcb_processes.py` (the tests and the program, each
 in a process of its own) inside `memrl_bench.environments.sandbox` (bubblewrap: no network, read-only host,
-time/memory/process limits), once `benchmarks/memrl_bench/adapters/bcb_screen.py` has read it and not
+time/memory/process limits), once `benchmarks/memrl_bench/adapters/bigcodebench/screen.py` has read it and not
 refused it. Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR, REFUSED (the static screen
 found the program touching the test machinery: a failure) and MISSING_LIBRARY (a module not
 installed here: an environment error, reported apart).
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.adapters import bcb_check
-from memrl_bench.adapters.bcb_screen import screen
+from memrl_bench.adapters.bigcodebench import bcb_check
+from memrl_bench.adapters.bigcodebench.screen import screen
 from memrl_bench.framework.protocol import LLM, Episode, Task, delimited_memories
 from memrl_bench.environments.sandbox import ISOLATIONS, SandboxResult, bwrap_path, run_sandboxed
 from memrl_cli.errors import MemrlError

@@ -1,7 +1,7 @@
 """Lifelong Agent Bench DBBench (`llb-db`): answer questions about, or modify, a MySQL table.
 
 Each episode gets a fresh database `llb_<uuid>` holding the sample's table, created on the
-run's shared server (`memrl_bench.environments.mysql_server`) and dropped afterwards, and two users of its
+run's shared server (`memrl_bench.environments.mysql.server`) and dropped afterwards, and two users of its
 own: the agent's SQL runs as a user with rights on that database only, and the grader reads
 the table as another user (`EpisodeDatabase`). The agent talks LLB's
 protocol: `Action: Operation` with one ```sql block, whose result (or error) it sees next turn,
@@ -26,10 +26,11 @@ from typing import Any
 import pymysql
 
 from memrl_bench.adapters import llb_common
-from memrl_bench.adapters.llb_db_episode_database import EpisodeDatabase
-from memrl_bench.adapters.llb_db_grading import direct_answer_matches
-from memrl_bench.adapters.llb_db_prompt import DB_OUTPUT_FORMAT, DB_REQUIREMENT, instruction_text, parse_action
-from memrl_bench.environments import mysql_address, mysql_server
+from memrl_bench.adapters.llb_db.episode_database import EpisodeDatabase
+from memrl_bench.adapters.llb_db.grading import direct_answer_matches
+from memrl_bench.adapters.llb_db.prompt import DB_OUTPUT_FORMAT, DB_REQUIREMENT, instruction_text, parse_action
+from memrl_bench.environments.mysql import address as mysql_address
+from memrl_bench.environments.mysql import server as mysql_server
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 

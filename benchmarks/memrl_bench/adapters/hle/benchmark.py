@@ -14,10 +14,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from memrl_bench.adapters.hle_data import load_rows, select_questions, split_tasks
-from memrl_bench.adapters.hle_judge import judge_api_key, judge_prompt, make_judge, parse_judgement
-from memrl_bench.adapters.hle_match import extract_answer, local_verdict
-from memrl_bench.adapters.hle_prompt import build_messages
+from memrl_bench.adapters.hle.data import load_rows, select_questions, split_tasks
+from memrl_bench.adapters.hle.judge import judge_api_key, judge_prompt, make_judge, parse_judgement
+from memrl_bench.adapters.hle.match import extract_answer, local_verdict
+from memrl_bench.adapters.hle.prompt import build_messages
 from memrl_bench.framework.observation_cap import cap
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError

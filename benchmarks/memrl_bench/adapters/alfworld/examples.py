@@ -14,8 +14,8 @@ import json
 import os
 from pathlib import Path
 
-from memrl_bench.adapters.alfworld_data import SHORT_TYPES, cache_dir, list_games, load_walkthrough, strip_banner
-from memrl_bench.adapters.alfworld_game import GameEnv
+from memrl_bench.adapters.alfworld.data import SHORT_TYPES, cache_dir, list_games, load_walkthrough, strip_banner
+from memrl_bench.adapters.alfworld.game import GameEnv
 from memrl_cli.errors import MemrlError
 
 EXAMPLES_FORMAT_VERSION = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memrl_bench.adapters.hle_data import EXACT_MATCH
+from memrl_bench.adapters.hle.data import EXACT_MATCH
 from memrl_bench.framework.protocol import delimited_memories
 
 # HLE's official answer-format system prompts (centerforaisafety/hle, run_model_predictions.py).

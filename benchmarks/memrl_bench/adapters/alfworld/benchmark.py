@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.adapters.alfworld_data import list_games, parse_task_types, resolve_data_dir, strip_banner
-from memrl_bench.adapters.alfworld_examples import cached_walkthrough_examples, load_examples_file
-from memrl_bench.adapters.alfworld_game import INVALID_ACTION, GameEnv, env_error_episode
-from memrl_bench.adapters.alfworld_prompt import opening_messages, parse_action
+from memrl_bench.adapters.alfworld.data import list_games, parse_task_types, resolve_data_dir, strip_banner
+from memrl_bench.adapters.alfworld.examples import cached_walkthrough_examples, load_examples_file
+from memrl_bench.adapters.alfworld.game import INVALID_ACTION, GameEnv, env_error_episode
+from memrl_bench.adapters.alfworld.prompt import opening_messages, parse_action
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 

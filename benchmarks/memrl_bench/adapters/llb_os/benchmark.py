@@ -1,6 +1,6 @@
 """Lifelong Agent Bench, OS interaction: multi-turn bash tasks graded by a check script.
 
-One episode is one LLB sample in a fresh machine (`memrl_bench.environments.os_sandbox`): the sample's
+One episode is one LLB sample in a fresh machine (`memrl_bench.environments.os_machines.os_sandbox`): the sample's
 initialisation script runs, then the agent acts for at most `max_rounds` turns with LLB's
 protocol (`Act: bash` + a ```bash block, or `Act: finish`), then the sample's evaluation
 script runs; exit code 0 means success. As in LLB, the check runs however the episode ended
@@ -13,8 +13,8 @@ import re
 from typing import Any
 
 from memrl_bench.adapters import llb_common
-from memrl_bench.environments.os_machine import CommandResult, Limits, Sandbox, SandboxError
-from memrl_bench.environments.os_sandbox import SandboxFactory
+from memrl_bench.environments.os_machines.os_machine import CommandResult, Limits, Sandbox, SandboxError
+from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 from memrl_bench.framework.observation_cap import cap
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError

@@ -30,9 +30,10 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from memrl_bench.environments import mariadb_docker, mariadb_local
+from memrl_bench.environments.mysql import mariadb_docker
+from memrl_bench.environments.mysql import mariadb_local
 from memrl_bench.environments.docker_images import docker_client, require_docker
-from memrl_bench.environments.mysql_address import ServerAddress, is_reachable
+from memrl_bench.environments.mysql.address import ServerAddress, is_reachable
 from memrl_cli.errors import MemrlError
 
 SERVER_KINDS = ("auto", "docker", "mariadb")

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.environments import docker_images
-from memrl_bench.environments.os_bwrap import BwrapSandbox, check_bwrap_tools
-from memrl_bench.environments.os_docker import DockerSandbox
-from memrl_bench.environments.os_machine import Limits, Sandbox
-from memrl_bench.environments.os_rootfs import ensure_rootfs
+from memrl_bench.environments.os_machines.os_bwrap import BwrapSandbox, check_bwrap_tools
+from memrl_bench.environments.os_machines.os_docker import DockerSandbox
+from memrl_bench.environments.os_machines.os_machine import Limits, Sandbox
+from memrl_bench.environments.os_machines.os_rootfs import ensure_rootfs
 from memrl_cli.errors import MemrlError
 
 DOCKER_IMAGE = "memrl/llb-os"  # memrl's own image (`memrl_bench.environments.docker_images`), built on first use

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, SandboxError
+from memrl_bench.environments.os_machines.os_cgroup import Cgroup
+from memrl_bench.environments.os_machines.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, SandboxError
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/sbin:/usr/local/bin"  # the agent's tools last
 # The check's interpreters read no start-up file of the agent's: Python neither its user site
@@ -36,7 +36,7 @@ _DRAIN_SECONDS = 0.2
 
 
 def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trusted: bool, script: str) -> list[str]:
-    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_enter.py`).
+    """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_machines/os_enter.py`).
 
     It joins `cgroup`, sets `rlimits` and keeps only Docker's default capabilities minus MKNOD
     (`_KEPT_CAPABILITY_NUMBERS`); `trusted` (the check) runs it in the trusted view: the pristine

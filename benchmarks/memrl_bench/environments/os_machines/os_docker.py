@@ -18,9 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from memrl_bench.environments.os_cgroup import Cgroup
-from memrl_bench.environments.os_exec import decode, enter_command, run_captured, start_agent_namespace
-from memrl_bench.environments.os_machine import (MAX_CAPTURED_BYTES, PRISTINE, SANDBOX_HOSTNAME, CommandResult,
+from memrl_bench.environments.os_machines.os_cgroup import Cgroup
+from memrl_bench.environments.os_machines.os_exec import decode, enter_command, run_captured, start_agent_namespace
+from memrl_bench.environments.os_machines.os_machine import (MAX_CAPTURED_BYTES, PRISTINE, SANDBOX_HOSTNAME, CommandResult,
                                                  SandboxError, reported_limit)
 
 # How DockerSandbox runs a script ($1), its output file ($2) and the output cap ($3).
@@ -36,7 +36,7 @@ class DockerSandbox:
     Docker's init, reads a stdin that only this process holds (attached, with StdinOnce): when
     this process dies, for any reason, `cat` sees EOF, the container stops and Docker removes
     it. Each script runs as root in `/`, entering the container from the host
-    (`benchmarks/memrl_bench/environments/os_enter.py`, as in `BwrapSandbox`) in its cgroups, with its
+    (`benchmarks/memrl_bench/environments/os_machines/os_enter.py`, as in `BwrapSandbox`) in its cgroups, with its
     capabilities and rlimits: the agent's in a PID namespace inside the container's, where its
     processes cannot reach the check's; one that runs over its time is killed with its process group.
 

@@ -2,7 +2,7 @@
 
 `extract_answer` reads the last "Answer:" / "Exact Answer:" line; `local_verdict` returns True or
 False only when a normalised comparison is decisive (an exact match, or a bare option letter
-against a letter), else None, and the judge decides (`memrl_bench.adapters.hle_judge`).
+against a letter), else None, and the judge decides (`memrl_bench.adapters.hle.judge`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
 
-from memrl_bench.adapters.hle_data import EXACT_MATCH
+from memrl_bench.adapters.hle.data import EXACT_MATCH
 
 _ANSWER_LINE = re.compile(
     r"^[\s>*#_]*(?:final\s+)?(?:exact\s+)?answer[\s*_]*:[ \t*_]*(.*)$", re.IGNORECASE | re.MULTILINE

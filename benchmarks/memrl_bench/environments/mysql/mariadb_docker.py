@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from memrl_bench.environments.docker_images import docker_client, ensure_image
-from memrl_bench.environments.mysql8_compat import INNODB_SETTINGS, SERVER_SETTINGS
-from memrl_bench.environments.mysql_address import ServerAddress, is_reachable
+from memrl_bench.environments.mysql.mysql8_compat import INNODB_SETTINGS, SERVER_SETTINGS
+from memrl_bench.environments.mysql.address import ServerAddress, is_reachable
 from memrl_cli.errors import MemrlError
 
 _START_TIMEOUT = 120.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from memrl_bench.environments.os_machine import Limits
+from memrl_bench.environments.os_machines.os_machine import Limits
 
 
 class Cgroup:
