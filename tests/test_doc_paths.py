@@ -57,3 +57,81 @@ def test_the_check_finds_each_kind_of_outside_path() -> None:
             "see [the README](../README.md).", "a/b/../c is not climbing out", "the shared 2-core machine", "private files such as `/root`)"]
     for line in fine:
         assert problems(doc, line) == [], line
+
+
+MARKDOWN = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+DOC_NAME = re.compile(r"(?<![\w./-])docs/[\w./-]*?\.md(?:#[\w-]+)?")
+
+
+def prose(text: str) -> str:
+    """`text` without fenced code blocks and inline code spans: what renders as Markdown links."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its rendered text lowercased, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link renders as its text
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(document: Path) -> set[str]:
+    """Every #anchor of a Markdown file: its headings' slugs (a repeated one numbered, as GitHub does) and
+    explicit `<a id=...>`/`<a name=...>`."""
+    text = FENCE.sub("", document.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    found = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
+    for heading in HEADING.findall(text):
+        base = slug(heading)
+        found.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return found
+
+
+def broken_links(document: Path) -> list[str]:
+    """Each relative link of `document` whose file, or whose #anchor in that file, does not exist."""
+    found = []
+    for target in LINK.findall(prose(document.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
+            continue
+        path, _, anchor = target.partition("#")
+        file = (document.parent / path).resolve() if path else document
+        if not file.exists():
+            found.append(f"{target} (no such file)")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            found.append(f"{target} (no such heading in {file.name})")
+    return found
+
+
+@pytest.mark.parametrize("document", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_anchor_resolves(document: Path) -> None:
+    assert broken_links(document) == []
+
+
+def test_every_doc_named_in_the_code_and_docs_exists() -> None:
+    """`docs/NAME.md` (and `#anchor`) in a docstring, a comment, a message or a page names a page that exists."""
+    sources = [*MARKDOWN, *ROOT.joinpath("memrl_cli").rglob("*.py"), *ROOT.joinpath("benchmarks").rglob("*.py"),
+               *ROOT.joinpath("tests").glob("*.py")]
+    missing = []
+    for source in sources:
+        for name in DOC_NAME.findall(source.read_text(encoding="utf-8")):
+            path, _, anchor = name.partition("#")
+            if re.fullmatch(r"docs/(cli/)?[A-Z]+\.md", path):  # a placeholder: docs/NAME.md
+                continue
+            if not (ROOT / path).is_file() or (anchor and anchor not in anchors(ROOT / path)):
+                missing.append(f"{source.relative_to(ROOT)}: {name}")
+    assert missing == []
+
+
+def test_the_link_check_follows_githubs_anchor_rules(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# `memrl` command reference\n## Re-check (issue 17), 2026-11-25 night\n## Notes\n## Notes\n"
+                    "```sh\n# not a heading\n```\n<a id=\"kept\"></a>\n", encoding="utf-8")
+    assert anchors(page) == {"memrl-command-reference", "re-check-issue-17-2026-11-25-night", "notes", "notes-1", "kept"}
+    doc = tmp_path / "doc.md"
+    doc.write_text("[a](page.md#notes-1) [b](page.md#nowhere) [c](gone.md) `[d](gone.md)` [e](https://x.org/y)\n"
+                   "```\n[f](gone.md)\n```\n", encoding="utf-8")
+    assert broken_links(doc) == ["page.md#nowhere (no such heading in page.md)", "gone.md (no such file)"]

@@ -1,5 +1,6 @@
-"""docs/cli.md documents every command and option that `memrl --help` shows, and nothing else; its
-`--help` blocks are generated (cog) and current."""
+"""The command reference documents every command and option that `memrl --help` shows, and nothing else:
+docs/cli.md is its index, docs/cli/*.md its pages (a `## memrl NAME` section per command); their `--help`
+blocks are generated (cog) and current."""
 
 from __future__ import annotations
 
@@ -14,19 +15,42 @@ from memrl_cli.cli import app
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+PAGES = sorted((DOCS / "cli").glob("*.md"))  # the command reference's pages, one per group of commands
 
 
-def sections() -> dict[str, str]:
-    """`## memrl NAME` sections of docs/cli.md by command name, hand-written text only (without the
+def page_sections(page: Path) -> dict[str, str]:
+    """`## memrl NAME` sections of one page by command name, hand-written text only (without the
     generated `--help` blocks, which would document every option by construction)."""
-    text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    text = re.sub(r"\[\[\[cog.*?\[\[\[end\]\]\]", "", text, flags=re.DOTALL)
+    text = re.sub(r"\[\[\[cog.*?\[\[\[end\]\]\]", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
     parts = re.split(r"^## memrl (\S+)\s*$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2]))
 
 
-def test_every_documented_command_exists() -> None:
-    assert set(sections()) == set(COMMANDS), "docs/cli.md sections differ from the CLI's commands"
+def sections() -> dict[str, str]:
+    """Every page's sections by command name (a command documented on two pages fails the first test)."""
+    return {name: text for page in PAGES for name, text in page_sections(page).items()}
+
+
+def where() -> dict[str, str]:
+    """Command name → the page (relative to docs/) whose section documents it."""
+    return {name: f"cli/{page.name}" for page in PAGES for name in page_sections(page)}
+
+
+def test_every_command_has_one_section_on_one_page() -> None:
+    assert PAGES, "docs/cli/ has no pages"
+    found = [name for page in PAGES for name in page_sections(page)]
+    assert sorted(found) == sorted(set(found)), f"a command has two sections: {sorted(found)}"
+    assert set(found) == set(COMMANDS), "docs/cli/*.md sections differ from the CLI's commands"
+
+
+def test_the_index_links_every_command_to_its_section() -> None:
+    """docs/cli.md lists each command once, linked to the section of the page that documents it."""
+    index = (DOCS / "cli.md").read_text(encoding="utf-8")
+    links = re.findall(r"\[`memrl ([\w-]+)`\]\(([^)#]+)#memrl-([\w-]+)\)", index)
+    assert sorted(name for name, _, _ in links) == sorted(COMMANDS), "docs/cli.md: one linked line per command"
+    pages = where()
+    for name, page, anchor in links:
+        assert (page, anchor) == (pages[name], name), f"docs/cli.md: `memrl {name}` links to {page}#memrl-{anchor}"
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -34,33 +58,37 @@ def test_command_has_help_and_documented_options(name: str) -> None:
     command = COMMANDS[name]
     assert command.help and command.help.strip(), f"`memrl {name}` has no help text"
     section = sections().get(name)
-    assert section is not None, f"docs/cli.md has no '## memrl {name}' section"
-    assert "```sh" in section, f"docs/cli.md: `memrl {name}` has no example"
+    assert section is not None, f"docs/cli/*.md: no page has a '## memrl {name}' section"
+    page = f"docs/{where()[name]}"
+    assert section.strip(), f"{page}: `memrl {name}` has no prose"
+    assert "```sh" in section, f"{page}: `memrl {name}` has no example"
     for param in command.params:
         assert getattr(param, "help", None), f"`memrl {name}`: {param.name} has no help text"
         if param.param_type_name == "argument":
-            assert param.name.upper() in section, f"docs/cli.md: `memrl {name}` does not document {param.name.upper()}"
+            assert param.name.upper() in section, f"{page}: `memrl {name}` does not document {param.name.upper()}"
         for opt in param.opts:
             if opt.startswith("--"):
-                assert opt in section, f"docs/cli.md: `memrl {name}` does not document {opt}"
+                assert opt in section, f"{page}: `memrl {name}` does not document {opt}"
 
 
 def test_every_command_section_shows_its_generated_help() -> None:
-    text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    missing = [name for name in sorted(COMMANDS) if f'<!-- [[[cog cli_help("{name}") ]]] -->' not in text]
-    assert not missing, f"docs/cli.md: add `<!-- [[[cog cli_help(\"NAME\") ]]] -->` + `<!-- [[[end]]] -->` " \
-                        f"under the option table of {missing}, then run `cog -r docs/cli.md`"
+    missing = [name for name in sorted(COMMANDS)
+               if f'<!-- [[[cog cli_help("{name}") ]]] -->' not in (DOCS / where().get(name, "cli.md")).read_text()]
+    assert not missing, f"docs/cli/*.md: add `<!-- [[[cog cli_help(\"NAME\") ]]] -->` + `<!-- [[[end]]] -->` " \
+                        f"under the option table of {missing}, then run `cog -r docs/cli/*.md`"
 
 
-def test_the_generated_help_is_current(capsys: pytest.CaptureFixture[str]) -> None:
-    """`cog --check docs/cli.md`: every `--help` block is what the CLI prints now."""
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_generated_help_is_current(page: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`cog --check docs/cli/PAGE.md`: each page defines `cli_help` itself, and every `--help` block is what
+    the CLI prints now."""
     try:
         from cogapp import Cog
     except ImportError:
         unavailable("cogapp is not installed (pip install -e '.[dev]')", "cogapp")
-    status = Cog().main(["cog", "--check", "--diff", str(DOCS / "cli.md")])
+    status = Cog().main(["cog", "--check", "--diff", str(page)])
     out = capsys.readouterr()
-    assert status == 0, f"docs/cli.md is stale: run `cog -r docs/cli.md`\n{out.out}{out.err}"
+    assert status == 0, f"docs/cli/{page.name} is stale: run `cog -r docs/cli/*.md`\n{out.out}{out.err}"
 
 
 def test_schema_doc_covers_every_table_and_column() -> None:

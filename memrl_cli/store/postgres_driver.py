@@ -11,7 +11,7 @@ from memrl_cli.errors import MemrlError
 
 ADVISORY_LOCK = 0x6D656D726C  # "memrl": serialises migrations and HNSW index builds of one database
 MIN_PGVECTOR = (0, 5)  # HNSW arrived in 0.5; 0.8 adds iterative scans (docs/postgres.md)
-HNSW_EF_SEARCH = 200  # recall@k1 0.91-1.00 at 100k on clustered vectors, by build; docs/performance.md
+HNSW_EF_SEARCH = 200  # recall@k1 0.91-1.00 at 100k on clustered vectors, by build; docs/performance-postgres.md
 HNSW_EF_SEARCH_MAX = 1000  # pgvector's largest hnsw.ef_search: wider searches continue by iterative scan
 CHANGES = "meta_version"  # meta key: a counter bumped by every write of meta or of new memories
 # The HNSW graph indexes a copy of the vectors in a table of their own, filled by a trigger on new memories:

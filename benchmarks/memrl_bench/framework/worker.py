@@ -106,7 +106,7 @@ def init_pool_worker(*initargs: Any) -> None:
 
 def _skip_final_collection() -> None:
     """Exempt every object alive from the collection the interpreter makes as it exits: over the objects of the ~30
-    games a process played, it took 2.3 s at the end of each run (0.4 s without it; docs/performance.md). No exit
+    games a process played, it took 2.3 s at the end of each run (0.4 s without it; docs/performance-harness.md). No exit
     handler of a worker relies on the collector."""
     gc.disable()
     gc.freeze()

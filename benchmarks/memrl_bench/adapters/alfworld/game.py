@@ -30,7 +30,7 @@ class _Turns:
     """One holder at a time; of those waiting, the lowest rank goes first (FIFO is not promised within a rank).
 
     A batch ends when its last-loaded game has played its chain of LLM calls, so its games load before any step,
-    and a game loaded ahead for the next batch waits for the steps of the games in play (docs/performance.md).
+    and a game loaded ahead for the next batch waits for the steps of the games in play (docs/performance-harness.md).
     A rank is asked again while its caller waits (a game for later becomes one an episode waits for)."""
 
     def __init__(self) -> None:
@@ -76,7 +76,7 @@ def _textworld_call(rank: Callable[[], int]) -> Iterator[None]:
     The translator allocates millions of small objects per game (loaded, then reset): at the default threshold the
     collector ran ~700 times per game, some of them over every object alive, so a game took 0.86 s of CPU alone
     and 2.3 s with 24 others open in the process. Paused (it resumes after the call): 0.48 and 1.03 s, the same
-    peak memory (docs/performance.md)."""
+    peak memory (docs/performance-harness.md)."""
     with _TEXTWORLD.turn(rank):
         enabled = gc.isenabled()
         gc.disable()
