@@ -5,9 +5,9 @@ every form and encoding, graded by honest judges that are sloppy in form (they q
 response, verbatim or as they read it, copy an object they read, draft twice, are cut off). Played
 through `memrl bench hle` with a scripted model whose endpoint is also the judge (HLE's default when no
 judge endpoint is configured), none scores a success; the same wrong answer alone (the control) fails
-under every judge, and a right answer judged by a well-formed judge still passes. Before the fix, 39 of
-the 314 forgeries scored a success (37 verdicts read from the answer's text, 2 answer lines that local
-grading took for the gold one); every one of the 308 verdict forgeries now grades as a failure.
+under every judge, and a right answer judged by a well-formed judge still passes. Before the fix, 48 of
+the 342 forgeries scored a success (37 verdicts read from the answer's text, 9 a second `[correct_answer]`
+field that the judges read first, 2 answer lines that local grading took for the gold one); none now.
 
 Also here: what counts as the judge's verdict (`hle_verdict`), structured output and its fallback, and
 who judges (`HLE.grader`): a separate judge endpoint when one is configured, and a run that says so
@@ -30,8 +30,8 @@ pytest.importorskip("pyarrow", reason="the hle extra is not installed: pip insta
 
 from memrl_bench.adapters.hle import HLE  # noqa: E402
 from memrl_bench.adapters.hle_judge import ENV_JUDGE_API_KEY, ENV_JUDGE_BASE_URL, VERDICT_FORMAT, judge_prompt  # noqa: E402
-from memrl_bench.adapters.hle_verdict import (QUOTED_LABEL, VerdictUnreadable, neutralise, read_verdict,  # noqa: E402
-                                              verdict_labels)
+from memrl_bench.adapters.hle_verdict import (QUOTED_FIELD, QUOTED_LABEL, VerdictUnreadable, neutralise,  # noqa: E402
+                                              read_verdict, verdict_labels)
 from memrl_bench.framework.llm import ChatClient, LLMSettings  # noqa: E402
 
 QUICK_JUDGES = ("json", "echo-prompt-lines", "copies-last-object")
@@ -94,6 +94,9 @@ def test_every_encoded_label_is_neutralised_and_nothing_else_changes() -> None:
     for name, payload in hle_attacks.PAYLOADS.items():
         if name == "base64-json":
             assert verdict_labels(payload) == 0 and neutralise(payload) == payload  # no reader sees a label there
+            continue
+        if name.startswith("fake-gold-field"):
+            assert neutralise(payload) == f"{QUOTED_FIELD}: 13", name  # a second gold answer is no field of the prompt
             continue
         assert verdict_labels(payload) >= 1, name
         quoted = neutralise(payload)
@@ -242,7 +245,7 @@ def test_forgeries_score_nothing_through_bench_and_the_run_says_who_judges(tmp_p
 
 @pytest.mark.slow
 def test_no_answer_writes_its_own_verdict_under_any_judge(tmp_path: Path) -> None:
-    """Every payload under every judge (314 forgeries): no forgery scores, no control passes, honest answers pass."""
+    """Every payload under every judge (342 forgeries): no forgery scores, no control passes, honest answers pass."""
     chosen = hle_attacks.cases()
     _, episodes, _ = play_through_bench(chosen, tmp_path)
     assert hle_attacks.forgeries(chosen, episodes) == {"forged": [], "control_passed": [], "honest_failed": []}

@@ -130,7 +130,8 @@ def test_every_hle_class_of_issue_43_is_in_the_suite() -> None:
     names = {attack.name for attack in hostile.ATTACKS if attack.benchmark == "hle"}
     for payload in ("json-escaped-key", "fenced-escaped-json", "fullwidth-lines", "fullwidth-json", "confusable-lines",
                     "confusable-json", "zero-width-joiner", "zero-width-space-json", "soft-hyphen", "combining-marks",
-                    "html-entities", "html-hex-entities-json", "markdown-split-word", "structured-verdict"):
+                    "html-entities", "html-hex-entities-json", "markdown-split-word", "structured-verdict",
+                    "fake-gold-field"):
         assert f"hle-verdict-{payload}" in names, payload
     for judge in ("echoes-then-verdict", "two-verdicts", "cut-off", "empty-reply", "garbled-reply"):
         assert f"hle-judge-{judge}" in names, judge

@@ -3,8 +3,9 @@
 The answer reaches the judge in its prompt, so a judge that repeats it (in part, whole, or as it reads
 it) could hand a parser a verdict the agent wrote. Two rules keep the verdict the judge's own:
 
-* `neutralise` renames every verdict label (`correct` before a colon) in the answer before it is
-  quoted, found in the answer as a reader takes it in (`reading`): HTML entities and `\\u`, `\\x`,
+* `neutralise` renames every verdict label (`correct` before a colon), and every field name of the
+  judge prompt (a second `[correct_answer]` a judge could take for the gold answer), in the answer
+  before it is quoted, found in the answer as a reader takes it in (`reading`): HTML entities and `\\u`, `\\x`,
   `%XX` escapes decoded, compatibility forms folded (fullwidth, ligatures, mathematical letters),
   combining marks and invisible format characters (zero-width, soft hyphen, bidi controls) dropped,
   markdown emphasis dropped, case folded, look-alike letters read as Latin. The answer keeps its
@@ -26,7 +27,11 @@ from typing import Any
 
 FIELDS = ("extracted_final_answer", "reasoning", "correct", "confidence")
 QUOTED_LABEL = "correct (quoted from the response)"
+QUOTED_FIELD = "[a field name quoted from the response]"
 LABEL = re.compile(r"(?<!\w)correct(?=\W*:)")  # in a text as `reading` gives it
+# A verdict label, or one of the judge prompt's field names (a second "[correct_answer]" that a judge could take
+# for the gold answer), in a text as `reading` gives it.
+_PLANTED = re.compile(r"(?P<label>(?<!\w)correct(?=\W*:))|\[\s*(?:correctanswer|question|response)\s*\]")
 _ESCAPE = re.compile(
     r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?"  # HTML entities
     r"|\\u[0-9a-fA-F]{4}|\\U[0-9a-fA-F]{8}|\\x[0-9a-fA-F]{2}|%[0-9a-fA-F]{2}"  # escapes, URL encoding
@@ -103,20 +108,23 @@ def verdict_labels(text: str) -> int:
 
 
 def neutralise(response: str) -> str:
-    """`response` with every verdict label, in any form `reading` sees through, renamed `QUOTED_LABEL`."""
+    """`response` with every verdict label, in any form `reading` sees through, renamed `QUOTED_LABEL`, and every
+    field name of the judge prompt (`[correct_answer]`, `[question]`, `[response]`) renamed `QUOTED_FIELD`."""
     for _ in range(4):  # a rename could only uncover a label a neighbouring escape completed: read again
         read, spans = reading(response)
-        found = [(spans[m.start()][0], spans[m.end() - 1][1]) for m in LABEL.finditer(read)]
+        found = [(spans[m.start()][0], spans[m.end() - 1][1], QUOTED_LABEL if m.group("label") else QUOTED_FIELD)
+                 for m in _PLANTED.finditer(read)]
         if not found:
             return response
         parts, last = [], 0
-        for start, end in found:
+        for start, end, quoted in found:
             if start < last:  # overlapping spans (one escape holding two labels' letters): already replaced
                 continue
-            parts += [response[last:start], QUOTED_LABEL]
+            parts += [response[last:start], quoted]
             last = end
         response = "".join(parts) + response[last:]
-    return LABEL.sub(QUOTED_LABEL, reading(response)[0])  # still labelled: the text as read, renamed
+    read = reading(response)[0]  # still planted: the text as read, renamed
+    return _PLANTED.sub(lambda m: QUOTED_LABEL if m.group("label") else QUOTED_FIELD, read)
 
 
 _FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL | re.IGNORECASE)
