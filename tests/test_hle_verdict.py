@@ -250,3 +250,18 @@ def test_no_answer_writes_its_own_verdict_under_any_judge(tmp_path: Path) -> Non
     _, episodes, _ = play_through_bench(chosen, tmp_path)
     assert hle_attacks.forgeries(chosen, episodes) == {"forged": [], "control_passed": [], "honest_failed": []}
     assert not any(e["env_error"] for e in episodes)
+
+
+def test_every_progress_display_says_a_runs_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """The judge warning reaches the user however `memrl bench` shows progress: plain lines, --json, a terminal."""
+    import io
+
+    from memrl_bench.framework.reports import LiveProgress, plan_printer, progress_printer
+
+    for printer in (progress_printer, plan_printer):
+        shown = io.StringIO()
+        printer(shown)("warning", {"text": "the HLE judge is the agent's own endpoint"})
+        assert shown.getvalue() == "memrl: warning: the HLE judge is the agent's own endpoint\n"
+    with LiveProgress() as live:
+        live.reporter("hle/memrl")("warning", {"text": "the HLE judge is the agent's own endpoint"})
+    assert "memrl: warning: the HLE judge is the agent's own endpoint" in capsys.readouterr().err
