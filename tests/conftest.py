@@ -57,12 +57,13 @@ def error_line(done: Any) -> str:
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-CHOOSERS = ("MEMRL_DB", "MEMRL_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_MODEL")  # pick a bank, a secret, an LLM
+CHOOSERS = ("MEMRL_DB", "MEMRL_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MEMRL_MODEL",  # pick a bank, a secret,
+            "MEMRL_JUDGE_BASE_URL", "MEMRL_JUDGE_API_KEY")  # an LLM, a judge
 
 
 def cli_env(**variables: str) -> dict[str, str]:
     """The environment of a `memrl` subprocess: this one without the variables that pick a bank, a
-    server's token or an LLM endpoint (`CHOOSERS`), with the tests' and the repository's modules importable (the toy
+    server's token, an LLM endpoint or a judge's (`CHOOSERS`), with the tests' and the repository's modules importable (the toy
     benchmark), then `variables` (e.g. `MEMRL_DB=...`, `OPENAI_API_KEY=...`)."""
     env = {k: v for k, v in os.environ.items() if k not in CHOOSERS}
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])

@@ -21,7 +21,7 @@ import pytest
 from benchmarks.testing.chat_server import ScriptedChatServer
 from conftest import unavailable
 
-from benchmarks.testing import hostile
+from benchmarks.testing import hle_attacks, hostile
 from memrl_bench.framework import registry
 from memrl_bench.framework.protocol import Benchmark
 from memrl_cli.errors import MemrlError
@@ -33,6 +33,7 @@ FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vac
         "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
         "bcb-tests-data-by-subclasses", "bcb-answer-from-memory",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
+ISSUE_43_HLE = ("hle-verdict-", "hle-judge-", "hle-local-")  # a judge call each: fast
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
 
 
@@ -81,7 +82,8 @@ def _bench(adapters: dict[str, Benchmark | str], name: str) -> Benchmark:
 
 
 @pytest.mark.parametrize("attack", [
-    pytest.param(attack, id=attack.name, marks=() if attack.name in FAST else pytest.mark.slow)
+    pytest.param(attack, id=attack.name, marks=() if attack.name in FAST or attack.name.startswith(ISSUE_43_HLE)
+                 else pytest.mark.slow)
     for attack in hostile.ATTACKS
 ])
 def test_attack_is_contained(attack: hostile.Attack, adapters, agent, arena) -> None:
@@ -119,6 +121,23 @@ def test_every_llb_and_hle_class_of_issue_32_is_in_the_suite() -> None:
                             ("hle-huge-answer", "hle")):
         assert names.get(name) == benchmark, name
     assert {"llb-os:bwrap", "llb-os:docker", "llb-db:mariadb", "llb-db:docker"} <= set(hostile.TARGETS)
+
+
+def test_every_hle_class_of_issue_43_is_in_the_suite() -> None:
+    """Issue 43's HLE classes each have an attack: a verdict the answer carries in every encoding the judge-reply
+    parser or the judge might read through, a judge that quotes, copies, drafts twice, is cut off, replies
+    nothing or garbage, and answer lines that local grading could take for the gold one."""
+    names = {attack.name for attack in hostile.ATTACKS if attack.benchmark == "hle"}
+    for payload in ("json-escaped-key", "fenced-escaped-json", "fullwidth-lines", "fullwidth-json", "confusable-lines",
+                    "confusable-json", "zero-width-joiner", "zero-width-space-json", "soft-hyphen", "combining-marks",
+                    "html-entities", "html-hex-entities-json", "markdown-split-word", "structured-verdict",
+                    "fake-gold-field"):
+        assert f"hle-verdict-{payload}" in names, payload
+    for judge in ("echoes-then-verdict", "two-verdicts", "cut-off", "empty-reply", "garbled-reply"):
+        assert f"hle-judge-{judge}" in names, judge
+    judges = {attack.judge for attack in hostile.ATTACKS if attack.benchmark == "hle"}
+    assert {"echo-prompt-lines", "echo-read-prompt-lines", "echo-read-prompt-json", "copies-last-object"} <= judges
+    assert {f"hle-local-{name}" for name in hle_attacks.ANSWER_LINES} <= names
 
 
 def test_memories_enter_every_prompt_inside_one_delimited_block() -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.testing import hle_attacks
 from memrl_bench.framework.protocol import LLM, Benchmark, Episode, Task
 from memrl_cli.errors import MemrlError
 
@@ -68,6 +69,7 @@ class Attack:
     env_error_is_honest: bool = False  # e.g. a program importing a module that is not installed
     task: str | None = None  # the task it plays (default: `attack_task`'s)
     seconds: float | None = None  # the episode must end within this many seconds
+    judge: str | None = None  # HLE: the judge of `hle_attacks.JUDGES` that grades it (default: the sloppy echo)
 
 
 def _python(code: str) -> tuple[str, ...]:
@@ -373,14 +375,56 @@ ATTACKS: tuple[Attack, ...] = (
            ("Exact Answer: 41\nAnswer: 43\nFinal Answer: 13\nConfidence: 100%",)),
     Attack("hle-huge-answer", "hle", "a 4 MB answer, to flood the judge's prompt and the bank",
            ("Explanation: " + "x" * (4 << 20) + "\nExact Answer: 13\nConfidence: 100%",)),
+    # issue 43: a verdict the answer carries, in an encoding the label renaming did not read, reaching the
+    # verdict parser through a judge that quotes (or copies) what it read. Each forged before the fix.
+    *(Attack(name, "hle", f"a wrong answer carrying a verdict ({payload}), under a judge that {how}",
+             (f"{hle_attacks.WRONG}\n\n{hle_attacks.PAYLOADS[payload]}",), judge=judge)
+      for name, payload, judge, how in (
+          ("hle-verdict-json-escaped-key", "json-escaped-key", "echo-prompt-lines",
+           "quotes its prompt verbatim, then its own verdict"),
+          ("hle-verdict-fenced-escaped-json", "fenced-escaped-json", "echo-read-response-json",
+           "quotes the response as it reads it"),
+          ("hle-verdict-fullwidth-lines", "fullwidth-lines", "echo-read-prompt-lines", "quotes its prompt as it reads it"),
+          ("hle-verdict-fullwidth-json", "fullwidth-json", "copies-last-object", "copies the last JSON object it read"),
+          ("hle-verdict-confusable-lines", "confusable-lines", "echo-read-prompt-lines",
+           "quotes its prompt as it reads it"),
+          ("hle-verdict-confusable-json", "confusable-json", "json-then-echo",
+           "writes its verdict, then quotes the response"),
+          ("hle-verdict-zero-width-joiner", "zero-width-joiner", "echo-read-prompt-lines",
+           "quotes its prompt as it reads it"),
+          ("hle-verdict-zero-width-space-json", "zero-width-space-json", "echo-read-prompt-json",
+           "quotes its prompt as it reads it"),
+          ("hle-verdict-soft-hyphen", "soft-hyphen", "echo-read-prompt-lines", "quotes its prompt as it reads it"),
+          ("hle-verdict-combining-marks", "combining-marks", "echo-read-prompt-lines", "quotes its prompt as it reads it"),
+          ("hle-verdict-html-entities", "html-entities", "echo-read-prompt-lines", "quotes its prompt as it reads it"),
+          ("hle-verdict-html-hex-entities-json", "html-hex-entities-json", "copies-last-object",
+           "copies the last JSON object it read"),
+          ("hle-verdict-markdown-split-word", "markdown-split-word", "echo-read-prompt-lines",
+           "quotes its prompt as it reads it"),
+          ("hle-verdict-structured-verdict", "structured-verdict", "copies-last-object",
+           "copies the last JSON object it read"),
+          ("hle-verdict-fake-gold-field", "fake-gold-field", "json",
+           "reads the first [correct_answer] it sees (a second gold answer)"),
+          ("hle-judge-echoes-then-verdict", "plain-json", "echo-prompt-json",
+           "quotes its prompt verbatim, then its own JSON verdict"),
+          ("hle-judge-two-verdicts", "plain-json", "two-objects", "writes a draft verdict of yes, then its own"),
+          ("hle-judge-cut-off", "plain-lines", "cut-off", "is cut off after a draft verdict of yes"),
+          ("hle-judge-empty-reply", "plain-lines", "empty", "replies nothing"),
+          ("hle-judge-garbled-reply", "plain-lines", "garbled", "replies garbage"),
+      )),
+    *(Attack(f"hle-local-{name}", "hle", f"an answer line local grading could take for the gold one ({line!r})",
+             (f"Explanation: trivial.\n{line}\nConfidence: 100%",), task=f"hostile-{name}", judge="json")
+      for name, (_, _, line) in hle_attacks.ANSWER_LINES.items()),
 )
 
 
 class AttackScript:
     """The scripted model: the current attack's replies in order, and a sloppy HLE judge.
 
-    The judge quotes the whole judge prompt it received (the agent's response included) before
-    its own verdict, as weak judge models do, so any verdict the agent planted reaches the parser.
+    By default the judge quotes the whole judge prompt it received (the agent's response included)
+    before its own verdict, as weak judge models do, so any verdict the agent planted reaches the
+    parser; an attack that names a judge of `hle_attacks.JUDGES` (honest, each sloppy its own way)
+    is graded by that one.
     """
 
     JUDGE_OPENING = "Judge whether the following [response]"
@@ -389,15 +433,18 @@ class AttackScript:
         self._lock = threading.Lock()
         self._replies: tuple[str, ...] = ("Act: finish",)
         self._turn = 0
+        self._judge: str | None = None
         self.judge_verdict = "no"
 
-    def load(self, replies: tuple[str, ...]) -> None:
+    def load(self, replies: tuple[str, ...], judge: str | None = None) -> None:
         with self._lock:
-            self._replies, self._turn = replies, 0
+            self._replies, self._turn, self._judge = replies, 0, judge
 
     def __call__(self, request: dict) -> str:
         content = request["messages"][-1]["content"]
         if isinstance(content, str) and content.startswith(self.JUDGE_OPENING):
+            if self._judge is not None:
+                return hle_attacks.JUDGES[self._judge](content)
             return (f"Quoting the input:\n{content}\n\nextracted_final_answer: (see above)\n"
                     f"reasoning: compared with the correct answer\ncorrect: {self.judge_verdict}\nconfidence: 100")
         with self._lock:
@@ -515,9 +562,12 @@ def sandbox_containers() -> list[str]:
 
 
 def hle_data(directory: Path) -> str:
-    """A one-question HLE file (HLE itself is gated): the attacks need a question, not HLE's."""
+    """An HLE file (HLE itself is gated): the question every attack plays, then one per wrong answer line of
+    `hle_attacks.ANSWER_LINES` (its answer type and gold answer)."""
     path = directory / "hostile-hle.jsonl"
-    path.write_text(json.dumps(HLE_QUESTION) + "\n")
+    rows = [HLE_QUESTION] + [dict(HLE_QUESTION, id=f"hostile-{name}", answer=gold, answer_type=answer_type)
+                             for name, (answer_type, gold, _) in hle_attacks.ANSWER_LINES.items()]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
 
@@ -574,7 +624,7 @@ def run_attack(attack: Attack, bench: Benchmark, llm: LLM, script: AttackScript,
         databases_before = episode_databases(bench.address())  # type: ignore[attr-defined]
     started = time.monotonic()
     try:
-        script.load(tuple(replies))
+        script.load(tuple(replies), attack.judge)
         episode = bench.run_episode(task, [], llm)
     finally:
         seconds = time.monotonic() - started

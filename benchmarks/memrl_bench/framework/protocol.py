@@ -85,6 +85,10 @@ class Benchmark(Protocol):
     # An adapter that sets `takes_seed = True` gets `run_episode(task, memories, llm, seed=S)`: S is a function
     # of the run's seed and the episode's place in the stream (phase, split, epoch, position) only, the same for
     # every method, so a stochastic testbed draws its luck per attempt with common random numbers.
+    # An adapter whose rewards come from an LLM judge defines `grader(agent: LLMSettings) -> dict`: who judges an
+    # agent at `agent` (`endpoint` "agent" or "separate", `base_url`, `model`, `influenceable`: whether the agent's
+    # endpoint also writes the verdicts), with a `warning` when it could influence them. The harness says the
+    # warning before the run starts and records the dict as `judge` in the run's config.json and summary.json.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

@@ -3,21 +3,27 @@
 The data is user-supplied (cais/hle is gated): a parquet or JSONL file in the cais/hle schema.
 One episode is one question: the agent answers once in HLE's Explanation / Answer / Confidence
 format; the answer is graded by a local normalised match when that is decisive, otherwise by a
-judge model with HLE's official judge prompt. See docs/hle.md.
+judge model with HLE's official judge prompt, whose verdict is read from a strict JSON object the
+judge wrote (never from text the answer wrote). See docs/hle.md.
 
-This module is the adapter (options, splits, the episode); its parts are `hle_data` (the question
-file), `hle_prompt` (what the agent sees), `hle_match` (local grading) and `hle_judge` (the judge).
+This module is the adapter (options, splits, the episode, who judges); its parts are `data` (the
+question file), `prompt` (what the agent sees), `match` (local grading), `judge` (the
+judge's prompt, request and client) and `verdict` (what counts as the judge's verdict).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from memrl_bench.adapters.hle.data import load_rows, select_questions, split_tasks
-from memrl_bench.adapters.hle.judge import judge_api_key, judge_prompt, make_judge, parse_judgement
+from memrl_bench.adapters.hle.judge import (ENV_JUDGE_API_KEY, ENV_JUDGE_BASE_URL, ask_judge, judge_api_key,
+                                            judge_prompt, make_judge, same_endpoint)
 from memrl_bench.adapters.hle.match import extract_answer, local_verdict
 from memrl_bench.adapters.hle.prompt import build_messages
+from memrl_bench.adapters.hle.verdict import VerdictUnreadable, read_verdict
+from memrl_bench.framework.llm import LLMSettings
 from memrl_bench.framework.observation_cap import cap
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
@@ -31,10 +37,11 @@ class HLE:
     `categories` keeps only those categories (a list or a comma-separated string); `sample`
     draws that many questions with `seed`; `val_fraction` moves that share of every category
     (seeded) to the "val" split; `text_only` drops questions with an image (for text-only
-    models). `limit` caps every split. The judge is `judge_model` at
-    `judge_base_url` (each defaults to the agent's); `judge_api_key_env` names the environment
-    variable holding the judge's key when it differs from the agent's. `local_match=False`
-    sends every answer to the judge, as HLE's own evaluation does.
+    models). `limit` caps every split. The judge is `judge_model` (default: the agent's) at
+    `judge_base_url`, else $MEMRL_JUDGE_BASE_URL, else the agent's own endpoint (`grader` then says
+    the reward is one the agent could influence); `judge_api_key_env` names the environment
+    variable holding the judge's key (default: $MEMRL_JUDGE_API_KEY when set, else the agent's
+    key). `local_match=False` sends every answer to the judge, as HLE's own evaluation does.
     """
 
     name = "hle"
@@ -63,7 +70,9 @@ class HLE:
         if sample is not None and int(sample) < 1:
             raise MemrlError(f"HLE sample must be >= 1, got {sample}")
         self.judge_model = judge_model
-        self.judge_base_url = judge_base_url
+        self.judge_base_url = judge_base_url or os.environ.get(ENV_JUDGE_BASE_URL) or None
+        if judge_api_key_env is None and os.environ.get(ENV_JUDGE_API_KEY):
+            judge_api_key_env = ENV_JUDGE_API_KEY
         self.judge_api_key_env = judge_api_key_env
         if judge_api_key_env is not None:
             judge_api_key(judge_api_key_env)  # fail before any episode, not in every one
@@ -72,6 +81,7 @@ class HLE:
         self.local_match = _as_bool(local_match)
         self._judge_lock = threading.Lock()
         self._judge: LLM | None = None
+        self._structured = True  # ask the judge for structured output until its endpoint refuses it
         rows = load_rows(data)
         if _as_bool(text_only):
             rows = [row for row in rows if not row["image"]]
@@ -125,17 +135,35 @@ class HLE:
             return _episode(verdict, response, info)
         info["graded_by"] = "judge"
         try:
-            judge_text = self._judge_client(llm).chat(
-                [{"role": "user", "content": judge_prompt(question, response)}],
-                temperature=self.judge_temperature,
-                max_tokens=self.judge_max_tokens,
-            )
-            judgement = parse_judgement(judge_text)
-        except Exception as exc:  # a judge failure is the environment's, never the agent's
+            judge_text, self._structured = ask_judge(self._judge_client(llm), judge_prompt(question, response),
+                                                     self._structured, temperature=self.judge_temperature,
+                                                     max_tokens=self.judge_max_tokens)
+        except Exception as exc:  # the judge's endpoint failed: the environment's failure, never the agent's
             info["judge_error"] = f"{type(exc).__name__}: {exc}"
             return Episode(False, 1, response, status="JUDGE_ERROR", env_error=True, info=info)
+        try:
+            judgement = read_verdict(judge_text)
+        except VerdictUnreadable as exc:  # the reply read the answer: a failure the answer may have caused
+            info["judge_error"] = str(exc)
+            return Episode(False, 1, response, status="JUDGE_UNREADABLE", info=info)
         info["judge"] = judgement
         return _episode(judgement["correct"] == "yes", response, info)
+
+    def grader(self, agent: LLMSettings) -> dict[str, Any]:
+        """Who judges the answers of an agent at `agent`: the judge's endpoint ("agent" when it is the agent's
+        own, "separate" otherwise), base URL and model, whether the agent could influence the verdicts, and
+        then a warning saying so and how to configure a separate judge."""
+        base_url = self.judge_base_url or agent.base_url
+        model = self.judge_model or agent.model
+        own = same_endpoint(base_url, agent.base_url)
+        described: dict[str, Any] = {"endpoint": "agent" if own else "separate", "base_url": base_url,
+                                     "model": model, "influenceable": own, "local_match": self.local_match}
+        if own:
+            described["warning"] = (
+                f"the HLE judge is the agent's own endpoint ({base_url}, model {model}): the endpoint that answers "
+                "also writes the verdicts, a reward the agent could influence; set a separate judge with "
+                f"{ENV_JUDGE_BASE_URL} (and {ENV_JUDGE_API_KEY}) or --option judge_base_url=URL")
+        return described
 
     def close(self) -> None:
         """Nothing to release: the judge client holds no resources beyond its HTTP pool."""

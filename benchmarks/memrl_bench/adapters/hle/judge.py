@@ -1,19 +1,21 @@
-"""HLE's judge: the official judge prompt, the verdict parsed from the judge's reply, the judge client.
+"""HLE's judge: the official judge prompt, the request for a structured verdict, the judge's client and endpoint.
 
-The judge is the agent's own client unless judge options name another model, endpoint or key
-(`make_judge`). The agent's response is quoted into the prompt with its `correct:` labels renamed,
-so a judge that repeats the response cannot hand `parse_judgement` a verdict the agent wrote.
+The judge is the agent's own client unless a judge endpoint is configured ($MEMRL_JUDGE_BASE_URL, or
+the `judge_base_url` option) or judge options name another model or key (`make_judge`). The agent's
+response is quoted into the prompt with its verdict labels renamed (`verdict.neutralise`), the
+verdict is asked for as structured output (`VERDICT_FORMAT`, a JSON object otherwise), and
+`verdict.read_verdict` reads it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
-from memrl_bench.framework.llm import ChatClient, LLMSettings, resolve_llm_settings
+from memrl_bench.adapters.hle.verdict import FIELDS, neutralise
+from memrl_bench.framework.llm import ChatClient, LLMError, LLMSettings, resolve_llm_settings
 from memrl_bench.framework.protocol import LLM
 from memrl_cli.errors import MemrlError
 
@@ -37,67 +39,58 @@ correct: Answer 'yes' if extracted_final_answer matches the [correct_answer] giv
 
 confidence: The extracted confidence score between 0|\%| and 100|\%| from [response]. Put 100 if there is no confidence score available."""
 
-_VERDICT_LABEL = re.compile(r"\bcorrect(?=\W*:)", re.IGNORECASE)
-QUOTED_LABEL = "correct (quoted from the response)"
+# What HLE's judge returns (its `ExtractedAnswer`), asked for as structured output where the endpoint supports it.
+VERDICT_FORMAT: dict[str, Any] = {"type": "json_schema", "json_schema": {"name": "hle_judgement", "strict": True, "schema": {
+    "type": "object", "additionalProperties": False, "required": list(FIELDS),
+    "properties": {"extracted_final_answer": {"type": "string"}, "reasoning": {"type": "string"},
+                   "correct": {"type": "string", "enum": ["yes", "no"]}, "confidence": {"type": "integer"}}}}}
+# Said after HLE's prompt, for an endpoint without structured output (the same reply either way).
+JSON_REPLY = ("\n\nReply with one JSON object and nothing else: its keys extracted_final_answer (a string), "
+              'reasoning (a string), correct ("yes" or "no") and confidence (an integer from 0 to 100).')
+ENV_JUDGE_BASE_URL = "MEMRL_JUDGE_BASE_URL"  # a judge endpoint that is not the agent's (the default when set)
+ENV_JUDGE_API_KEY = "MEMRL_JUDGE_API_KEY"  # its key, when it differs from the agent's
 
 
 def judge_prompt(question: dict[str, Any], response: str) -> str:
-    """HLE's judge prompt filled with the question text, the response and the gold answer.
+    """HLE's judge prompt filled with the question text, the response and the gold answer, then `JSON_REPLY`.
 
-    Every `correct:` label in the agent's response (a line, or a JSON key) is renamed first, so
-    a judge that quotes the response cannot hand `parse_judgement` a verdict the agent wrote.
+    Every verdict label in the response, in any form a reader sees through (`verdict.neutralise`), is
+    renamed first, so a judge that quotes the response cannot hand `read_verdict` a verdict the agent wrote.
     """
-    response = _VERDICT_LABEL.sub(QUOTED_LABEL, response)
-    return JUDGE_PROMPT.format(question=question["question"], response=response, correct_answer=question["answer"])
+    quoted = neutralise(response)
+    return JUDGE_PROMPT.format(question=question["question"], response=quoted,
+                               correct_answer=question["answer"]) + JSON_REPLY
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-_FIELD = {
-    "extracted_final_answer": re.compile(r"extracted_final_answer\W*:\s*(.+)", re.IGNORECASE),
-    "reasoning": re.compile(r"reasoning\W*:\s*(.+?)(?=\n\W*correct\W*:|\Z)", re.IGNORECASE | re.DOTALL),
-    "correct": re.compile(r"(?:^|\n)\W*correct\W*:\W*(yes|no)\b", re.IGNORECASE),
-    "confidence": re.compile(r"confidence\W*:\s*(\d+(?:\.\d+)?)", re.IGNORECASE),
-}
+def ask_judge(judge: LLM, prompt: str, structured: bool, **params: Any) -> tuple[str, bool]:
+    """The judge's reply to `prompt`, and whether structured output is (still) to be asked for.
 
-
-def parse_judgement(text: str) -> dict[str, Any]:
-    """The judge's verdict from JSON if it holds one, else from its labelled lines.
-
-    Returns extracted_final_answer, reasoning, correct ("yes"/"no") and confidence (int or None).
-    Raises ValueError when no yes/no verdict can be found.
+    With `structured`, the request asks for `VERDICT_FORMAT`; an endpoint that refuses the parameter
+    (HTTP 400 or 422) is asked again without it, and `False` says to stop asking. Other failures raise.
     """
-    found = _JSON_OBJECT.search(text)
-    if found:
+    messages = [{"role": "user", "content": prompt}]
+    if structured:
         try:
-            data = json.loads(found.group(0))
-        except json.JSONDecodeError:
-            data = None
-        if isinstance(data, dict) and str(data.get("correct", "")).strip().lower() in ("yes", "no"):
-            return {
-                "extracted_final_answer": str(data.get("extracted_final_answer", "")),
-                "reasoning": str(data.get("reasoning", "")),
-                "correct": str(data["correct"]).strip().lower(),
-                "confidence": _confidence(data.get("confidence")),
-            }
-    verdict = _FIELD["correct"].search(text)
-    if verdict is None:
-        raise ValueError(f"judge reply has no 'correct: yes|no' verdict: {text[:200]!r}")
-    fields = {name: pattern.search(text) for name, pattern in _FIELD.items()}
-    return {
-        "extracted_final_answer": fields["extracted_final_answer"].group(1).strip()
-        if fields["extracted_final_answer"]
-        else "",
-        "reasoning": fields["reasoning"].group(1).strip() if fields["reasoning"] else "",
-        "correct": verdict.group(1).lower(),
-        "confidence": _confidence(fields["confidence"].group(1) if fields["confidence"] else None),
-    }
+            return judge.chat(messages, response_format=VERDICT_FORMAT, **params), True
+        except LLMError as exc:
+            if exc.status_code not in (400, 422):
+                raise
+    return judge.chat(messages, **params), False
 
 
-def _confidence(value: Any) -> int | None:
-    try:
-        return int(float(str(value).strip().rstrip("%")))
-    except (TypeError, ValueError):
-        return None
+def same_endpoint(one: str, other: str) -> bool:
+    """Whether two base URLs name the same endpoint (scheme, host with loopback names as one, port, path)."""
+    def key(url: str) -> tuple[str, str, int | None, str]:
+        parts = urlsplit(url.strip())
+        host = (parts.hostname or "").lower()
+        host = "loopback" if host in ("localhost", "::1") or host.startswith("127.") else host
+        try:
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+        except ValueError:
+            port = None
+        return parts.scheme.lower(), host, port, parts.path.rstrip("/")
+
+    return key(one) == key(other)
 
 
 def make_judge(llm: LLM, model: str | None, base_url: str | None, api_key_env: str | None,

@@ -40,15 +40,19 @@ def extract_answer(response: str) -> str | None:
 
 
 def normalize_answer(text: str) -> str:
-    """Case, whitespace, markdown/LaTeX wrapping, edge punctuation and simple numbers normalised."""
+    """Case, whitespace, markdown/LaTeX wrapping, edge punctuation and simple numbers normalised (never the
+    characters inside: an answer with a mark or an invisible character inside goes to the judge)."""
     value = re.sub(r"\s+", " ", _unwrap(unicodedata.normalize("NFKC", text))).casefold()
     value = value.rstrip(" .,;:!?\"'").lstrip(" \"'")
     return _canonical_number(value) or value
 
 
 def _unwrap(text: str) -> str:
-    """`text` without markdown bold/code marks, surrounding $...$ and a \\boxed{...}."""
-    value = text.replace("**", "").replace("`", "").strip().strip("$").strip()
+    """`text` without the markdown bold/code marks and $...$ around it, and out of a \\boxed{...}.
+
+    Marks inside are kept: "4**2" is not "42".
+    """
+    value = text.strip().strip("*`").strip().strip("$").strip()
     boxed = _BOXED.match(value)
     return boxed.group(1).strip() if boxed else value
 
