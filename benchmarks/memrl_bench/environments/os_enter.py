@@ -38,10 +38,8 @@ import signal
 import socket
 import struct
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its sibling modules
-import os_check_guard  # noqa: E402
-import os_check_view  # noqa: E402
+from importlib import util
+from types import ModuleType
 
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
@@ -59,6 +57,18 @@ _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 
 _NAMESPACES = ("ipc", "uts", "net", "pid", "mnt")  # mnt last: it changes how paths resolve
 _RLIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE,
             "core": resource.RLIMIT_CORE}
+
+
+def _sibling(name: str) -> ModuleType:
+    """The module `name` of this file's directory (this runs as a script, with `-I -S`)."""
+    spec = util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+os_check_guard, os_check_view = _sibling("os_check_guard"), _sibling("os_check_view")
 
 
 def _last_cap() -> int:
