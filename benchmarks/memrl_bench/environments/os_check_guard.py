@@ -13,9 +13,9 @@ while the process still holds its capabilities) makes two things hold for the wh
   (`pidfd_getfd`) only if the caller's real ids (or its filesystem ids, for the files of `/proc`)
   equal the target's real, effective *and* saved ids, or it holds `CAP_SYS_PTRACE`, which the
   sandbox never grants. No process of the tree has equal real and effective groups, so none can
-  do any of it to another; the tree's filesystem group differs from every group of the agent's
-  processes, so no program of the check opens their files through `/proc` either (`/proc/PID/root`
-  would lead to the agent's files outside the view). Every program the check starts is
+  do any of it to another; and since the agent's processes run with group 0, no program of the
+  check opens their files through `/proc` either (`/proc/PID/root` would lead to the agent's
+  files outside the view, where none is noexec). Every program the check starts is
   non-dumpable and runs in glibc's secure mode (`AT_SECURE`: no `LD_*`, `GCONV_PATH`, `LOCPATH`,
   `TMPDIR` ... from the environment). A program that resets its groups (a shell started without
   `-p`, as the agent's `#!/bin/bash` scripts are) leaves the tree's ids and reaches none of its processes.
