@@ -242,21 +242,80 @@ def assert_the_check_ignores_planted_links(sandbox: Sandbox) -> None:
     assert (python.exit_code, python.output) == (5, "0\n")
     assert sandbox.run("zsh -c 'exit 6'", trusted=True).exit_code == 6
     assert sandbox.run("sha256sum /etc/ld.so.cache", trusted=True).output == cache
-    for absent in ("/etc/ld.so.preload", "/etc/ld.so.conf.d/forge.conf"):  # as in the pristine image
-        assert sandbox.run(f"test -e {absent} || test -L {absent}", trusted=True).exit_code == 1, absent
+    for absent in ("/etc/ld.so.preload", "/etc/ld.so.conf.d/forge.conf"):  # as in the pristine image, though
+        assert sandbox.run(f"test -e {absent} || test -L {absent}", trusted=True).exit_code == 1, absent  # named
     assert sandbox.run("readlink /etc/alternatives/awk", trusted=True).output == "/usr/bin/mawk\n"
     assert sandbox.run("test -L /etc/zsh/zshenv", trusted=True).exit_code == 1
     assert sandbox.run("test -f /json.py && test -x /tmp/.ok", trusted=True).exit_code == 0  # the agent's files show
 
 
+# What the agent leaves for the check's world: its own NSS configuration, users and a group,
+# files of its own in /etc and $HOME, programs (one the check names, one it does not), a
+# directory in place of the /var/run link, and a program that tries to reach the check's shell.
+AGENT_STATE = r"""
+set -e
+sed -i 's/^passwd:.*/passwd: x/' /etc/nsswitch.conf
+groupadd team; useradd -m -G team alice
+echo 'data of a task' > /etc/app.conf; echo 'X=1' >> /etc/environment; echo 'export MARK=1' >> /root/.bashrc
+printf '#!/bin/sh\necho ran; exit 7\n' > /tmp/prog.sh; chmod +x /tmp/prog.sh; cp /tmp/prog.sh /tmp/other.sh
+rm /var/run; mkdir -p /var/run/nscd; (sleep 60 & echo $! > /tmp/sleep.pid)
+cat > /tmp/reach.py <<'EOF'
+#!/usr/bin/python3
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+parent = os.getppid()
+print("ptrace", libc.ptrace(16, parent, None, None), ctypes.get_errno())
+for name in ("mem", "fd/1", "syscall", "environ"):
+    try:
+        with open(f"/proc/{parent}/{name}", "rb") as handle:
+            handle.read(1)
+        print(name, "read")
+    except OSError as error:
+        print(name, error.errno)
+EOF
+chmod +x /tmp/reach.py
+"""
+
+
+def assert_the_check_s_world_is_the_image_s(sandbox: Sandbox) -> None:
+    """The check's world is the pristine image (its configuration, its /var/run link, a fresh /dev)
+    with the agent's state as data: users and groups, the files the check names, read-only and
+    runnable only where the check names them; no program it runs can reach the check's shell."""
+    planted = sandbox.run(AGENT_STATE)
+    assert planted.exit_code == 0, planted.output
+    assert sandbox.run("id alice").exit_code == 1  # the agent's own NSS configuration: no users at all
+
+    def check(script: str) -> CommandResult:
+        return sandbox.run(script, trusted=True)
+
+    assert check("grep -qx 'passwd: *files' /etc/nsswitch.conf && id -nG alice").output == "alice team\n"
+    assert check("grep -q 'of a task' /etc/app.conf && grep -qx X=1 /etc/environment && grep -q MARK /root/.bashrc"
+                 " && cd ~ && pwd").output == "/root\n"
+    assert check("readlink /var/run /var/lock; test -c /dev/null && test -L /dev/fd").output == "/run\n/run/lock\n"
+    ran = check("/tmp/prog.sh")
+    assert (ran.exit_code, ran.output) == (7, "ran\n")  # a program the check names runs
+    unnamed = check('p=/tmp/oth; test -x "${p}er.sh" || echo not-runnable; "${p}er.sh"')
+    assert unnamed.exit_code == 126 and unnamed.output.startswith("not-runnable\n"), unnamed
+    assert check("touch /tmp/x /etc/x 2>/dev/null || echo read-only").output == "read-only\n"
+    # The agent's processes show, but not their files behind /proc (their root is the agent's world).
+    seen = check("test -d /proc/$(cat /tmp/sleep.pid) && ls /proc/$(cat /tmp/sleep.pid)/root/ 2>&1 | head -1")
+    assert "Permission denied" in seen.output, seen
+    status = check("grep -E '^(Gid|CapEff|Seccomp):' /proc/self/status | tr -s '\\t' ' '").output
+    assert status == "Gid: 0 65534 65534 65534\nCapEff: 00000000a00425fb\nSeccomp: 2\n", status
+    reached = check("/tmp/reach.py; true").output.splitlines()  # its parent: the check's shell
+    assert reached == ["ptrace -1 1", "mem 13", "fd/1 13", "syscall 1", "environ 13"], reached  # EPERM, EACCES
+
+
 CHECK_ATTACKS = {"planted-links": assert_the_check_ignores_planted_links,
-                 "leftover-processes": assert_leftover_processes_cannot_reach_the_check}
+                 "leftover-processes": assert_leftover_processes_cannot_reach_the_check,
+                 "agent-state-as-data": assert_the_check_s_world_is_the_image_s}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", list(CHECK_ATTACKS))
 def test_the_agent_cannot_reach_the_check(rootfs: Path, attack: str) -> None:
-    """Links planted on the loader's start-up files, processes left running: neither reaches the check (bwrap)."""
+    """Links planted on the loader's start-up files, processes left running, the agent's state: none
+    reaches the check, which sees the agent's state only as data (bwrap)."""
     sandbox = BwrapSandbox(rootfs, timeout=20)
     try:
         CHECK_ATTACKS[attack](sandbox)

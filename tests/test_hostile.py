@@ -32,7 +32,8 @@ FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vac
         "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
         "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
         "bcb-tests-data-by-subclasses", "bcb-answer-from-memory",
-        "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
+        "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way",
+        "os-nss-module-from-planted-config", "os-ptrace-the-check-from-its-tree", "os-check-memory-from-its-tree"}
 ISSUE_43_HLE = ("hle-verdict-", "hle-judge-", "hle-local-")  # a judge call each: fast
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
 
@@ -138,6 +139,17 @@ def test_every_hle_class_of_issue_43_is_in_the_suite() -> None:
     judges = {attack.judge for attack in hostile.ATTACKS if attack.benchmark == "hle"}
     assert {"echo-prompt-lines", "echo-read-prompt-lines", "echo-read-prompt-json", "copies-last-object"} <= judges
     assert {f"hle-local-{name}" for name in hle_attacks.ANSWER_LINES} <= names
+
+
+def test_every_llb_os_route_of_issue_43_is_in_the_suite() -> None:
+    """Issue 43: each route by which a file of the agent's could make a program of the check load code
+    or read behaviour, and a program of the agent's reaching the check, has an LLB-OS attack."""
+    names = {attack.name: attack.benchmark for attack in hostile.ATTACKS}
+    for name in ("os-nss-module-from-planted-config", "os-pam-module-from-planted-config", "os-shell-start-up-files",
+                 "os-home-dotfiles", "os-locale-and-gconv-modules", "os-python-perl-site-files",
+                 "os-replaced-libraries-and-modules", "os-preload-through-planted-link", "os-forged-check-tools",
+                 "os-ptrace-the-check-from-its-tree", "os-check-memory-from-its-tree"):
+        assert names.get(name) == "llb-os", name
 
 
 def test_memories_enter_every_prompt_inside_one_delimited_block() -> None:

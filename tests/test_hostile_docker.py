@@ -23,8 +23,10 @@ from memrl_bench.environments.mysql import server as mysql_server
 from memrl_bench.framework.protocol import Benchmark
 
 TARGETS = ("llb-os:docker", "llb-db:docker")
-# In the default suite: the check the agent cannot forge, and the two cross-episode attacks.
-FAST = {"os-forged-check-tools", "db-read-another-episode", "db-destroy-another-episode"}
+# In the default suite: the check the agent cannot forge (its tools, its configuration, its shell from a
+# program the check runs), and the two cross-episode attacks.
+FAST = {"os-forged-check-tools", "os-nss-module-from-planted-config", "os-ptrace-the-check-from-its-tree",
+        "db-read-another-episode", "db-destroy-another-episode"}
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,13 @@ from pathlib import Path
 import pytest
 from conftest import unavailable
 
+from memrl_bench.environments.os_machines import os_check_view
 from memrl_bench.environments.os_machines.os_cgroup import Cgroup
+from memrl_bench.environments.os_machines.os_check_guard import seccomp_program
+from memrl_bench.environments.os_machines.os_check_view import named_paths
 from memrl_bench.environments.os_machines.os_exec import enter_command, run_captured
-from memrl_bench.environments.os_machines.os_machine import MAX_CAPTURED_BYTES, SANDBOX_PATH, CommandResult, Limits, reported_limit
+from memrl_bench.environments.os_machines.os_machine import (MAX_CAPTURED_BYTES, PRISTINE, SANDBOX_PATH, CommandResult, Limits,
+                                                 reported_limit)
 from memrl_bench.environments.os_machines.os_rootfs import EXTRA_PACKAGES, ROOTFS_MARKER, default_rootfs_path, ensure_rootfs, rootfs_ready
 
 KEPT_CAPABILITIES_MASK = "00000000a00425fb"  # Docker's default set minus MKNOD, as /proc/*/status shows it
@@ -98,6 +102,33 @@ def test_a_rootfs_is_ready_only_with_its_finished_marker(tmp_path: Path, monkeyp
     (rootfs / ROOTFS_MARKER).write_text(json.dumps({"packages": list(EXTRA_PACKAGES)}))
     assert rootfs_ready(rootfs) and not rootfs_ready(rootfs, ("vim",))
     assert ensure_rootfs(rootfs) == rootfs and sorted(os.listdir(rootfs)) == [ROOTFS_MARKER]  # nothing built
+
+
+# --------------------------------------------------------------------------- os_check_view, os_check_guard
+
+
+def test_the_paths_a_check_names_are_found() -> None:
+    """What the check's world shows of the agent's state beyond its data trees: the paths the script
+    names, `~` and `$HOME` being /root, up to a glob or an expansion; never a relative path."""
+    script = ("grep -q x /etc/app.conf && [ -x ~/bin/run.sh ] && ls /var/log/app/*.log; f=\"$HOME/a b\"; "
+              "cat /x/../etc/passwd /tmp/ 'relative/y' \"/backups/$day\"; grep -q PATH=$PATH:/usr/local/bin ~/.bashrc")
+    assert named_paths(script) == ["/backups", "/etc/app.conf", "/etc/passwd", "/root/.bashrc", "/root/a",
+                                   "/root/bin/run.sh", "/tmp", "/usr/local/bin", "/var/log/app"]
+    assert named_paths("[ -f testdir/total ] && cd / && ls") == []
+    assert os_check_view.PRISTINE == PRISTINE  # where the sandboxes show the image
+
+
+def test_the_check_s_seccomp_filter_fails_ptrace_and_kills_other_abis() -> None:
+    x86 = seccomp_program("x86_64")
+    assert x86 is not None and seccomp_program("riscv64") is None
+    assert x86[-2:] == [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050001)]  # allow; else EPERM
+    denied = [(index, step) for index, step in enumerate(x86) if step[0] == 0x15 and step[3] < 1000]
+    assert sorted(step[3] for _, step in denied) == [101, 298, 310, 311, 438]  # ptrace ... perf_event_open
+    assert all(index + 1 + step[1] == len(x86) - 1 for index, step in denied)  # each jumps to EPERM
+    assert (0x35, 0, 1, 0x40000000) in x86 and x86.count((0x06, 0, 0, 0x80000000)) == 2  # x32, other arch: killed
+    arm = seccomp_program("aarch64")
+    assert arm is not None and sorted(step[3] for step in arm if step[0] == 0x15 and step[3] < 1000) == [
+        117, 241, 270, 271, 438]
 
 
 # --------------------------------------------------------------------------- os_exec.run_captured

@@ -1,7 +1,7 @@
 """How many LLB OS ground truths reproduce in this machine's sandbox (a check of the environment).
 
 For each sample, in a fresh sandbox: the initialisation script, the ground-truth script, then
-the check as an episode runs it, in the trusted view (should exit 0); and, in another fresh
+the check as an episode runs it, in the check's world (should exit 0); and, in another fresh
 sandbox, the initialisation script and the check alone (should fail: otherwise the check
 passes without any work).
 
@@ -25,7 +25,7 @@ from memrl_bench.framework.protocol import Task
 
 def run_scripts(sandboxes: SandboxFactory, init: str, scripts: list[str], check: str) -> list[CommandResult]:
     """In one fresh sandbox: `init` (stop there if it fails, as an episode would), `scripts`, then
-    `check` as an episode grades it (trusted: with the pristine tools)."""
+    `check` as an episode grades it (trusted: in the pristine image, the agent's state as data)."""
     sandbox = sandboxes.create()
     try:
         results = [sandbox.run(init)]

@@ -106,8 +106,9 @@ class BwrapSandbox:
     def run(self, script: str, trusted: bool = False) -> CommandResult:
         """Run `script` in the sandbox's namespaces, cgroups and rlimits (see `benchmarks/memrl_bench/environments/os_machines/os_enter.py`).
 
-        `trusted` (for the check that grades the episode) runs it with the pristine rootfs's
-        shell, tools, loader and libraries, and the system directories first on PATH.
+        `trusted` (for the check that grades the episode) runs it in the check's world: the
+        pristine rootfs with the agent's state as data (`os_check_view`), out of reach of any
+        program of the agent's it runs (`os_check_guard`).
         """
         if self._process is None or self._process.poll() is not None:
             raise SandboxError("the LLB OS sandbox is no longer running")

@@ -41,9 +41,9 @@ class DockerSandbox:
     processes cannot reach the check's; one that runs over its time is killed with its process group.
 
     The check (`run(script, trusted=True)`) runs in the container's own PID namespace (it sees the
-    agent's processes) and in the trusted view built from `pristine`, the host directory holding
-    the image's files (`docker_images.image_files`), shown read-only at `PRISTINE`: never with the
-    agent's shell and tools. That needs root on the daemon's machine; otherwise `untrusted_check`
+    agent's processes) and in the check's world built from `pristine`, the host directory holding
+    the image's files (`docker_images.image_files`), shown read-only at `PRISTINE` (`os_check_view`,
+    `os_check_guard`): the image's files, the agent's state only as data. That needs root on the daemon's machine; otherwise `untrusted_check`
     says why and every script, the check too, runs with `docker exec bash -c SCRIPT`, as LLB does.
     """
 
@@ -104,8 +104,8 @@ class DockerSandbox:
     def run(self, script: str, trusted: bool = False) -> CommandResult:
         """Run `script` with `bash -c` as root in `/` (see the class docstring).
 
-        `trusted` (the check that grades the episode) runs it with the image's pristine shell,
-        tools, loader and libraries (unless `untrusted_check`). Otherwise the script's output
+        `trusted` (the check that grades the episode) runs it in the check's world (the image's
+        files, the agent's state only as data; unless `untrusted_check`). Otherwise the script's output
         goes to a file that `_DOCKER_WRAPPER` prints once bash exits, so a background process it
         leaves holds that file, never the exec's stream (Docker would then report neither this
         exec's end nor later ones').

@@ -14,21 +14,11 @@ limits), sets the rlimits, joins the namespaces of PID, forks once (so that the 
 inside the PID namespace), chroots to PID's root, drops the capabilities, and only then execs
 PROGRAM (resolved inside the sandbox). The parent half waits and exits with the program's status.
 
-`trusted` (for the check that grades the episode): PROGRAM runs in a trusted view
-of the sandbox, in a mount namespace of its own: the agent's files everywhere, except `/usr`
-(the pristine rootfs's, read-only, with the agent's `/usr/local`, and in `/usr/bin` and
-`/usr/sbin` the programs the agent added, never those it replaced), the top-level `bin`, `lib*`,
-`sbin` links (the pristine ones, which the sandbox shows read-only at `PRISTINE`), and what the
-dynamic loader and the interpreters read at start: in `/etc` the entries `LOADER_ETC` (the
-loader's `ld.so.preload`, `ld.so.cache` and `ld.so.conf*`, `alternatives`, Python's, Perl's,
-Vim's and zsh's system directories) and under `/usr/local/lib` Python's site directories are
-the pristine rootfs's, or absent where it has none. `/etc` itself is a directory of the view's
-own holding the agent's other entries, so no link the agent planted (a symlinked
-`/etc/ld.so.preload`, an `/etc/alternatives/awk` of its own) is ever followed to build the view
-or by the loader. Every mount point of the view is in a tmpfs of its own, under the read-only
-`PRISTINE`, reached from a pinned working directory, never through a path the agent can change.
-So the agent cannot swap the shell, the tools, the loader, the libraries or the interpreters'
-start-up files the check runs with.
+`trusted` (for the check that grades the episode): PROGRAM, whose last argument is the check's
+script, runs in the check's world (`os_check_view`: the pristine image, the agent's state only as
+data, in a mount namespace of its own) with the check's credentials and seccomp filter
+(`os_check_guard`: no process of the check, nor a program of the agent's that it runs, can
+ptrace another or read its memory).
 
 `nest` (once, when the machine starts; PID is the machine's first process) makes the PID
 namespace the agent's scripts run in: a new one inside the machine's, with its own `/proc`, whose
@@ -48,7 +38,8 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Callable
+from importlib import util
+from types import ModuleType
 
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
@@ -63,20 +54,21 @@ _PR_SET_DUMPABLE, _PR_SET_NAME = 4, 15
 _PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 _PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "acpi", "scsi", "asound")
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-_PRISTINE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Under the pristine /usr, these show the agent's new programs too (a task may be to write
-# /usr/bin/some_script, which its check then runs); a program the rootfs has is always its own.
-_AGENT_PROGRAMS = ("bin", "sbin")
-PRISTINE = "/dev/.memrl-pristine"  # the rootfs, bound read-only by BwrapSandbox
-# The view's root: a tmpfs on the first of these directories of PRISTINE (read-only, out of the
-# agent's reach; none of them is a source of the view).
-_VIEW_MOUNTS = ("mnt", "media", "srv", "tmp")
-# In /etc, what the dynamic loader and the interpreters read at start: the view shows the
-# pristine rootfs's (or nothing where it has none), never the agent's (see _loader_etc).
-LOADER_ETC = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "perl", "vim", "zsh")
 _NAMESPACES = ("ipc", "uts", "net", "pid", "mnt")  # mnt last: it changes how paths resolve
 _RLIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE,
             "core": resource.RLIMIT_CORE}
+
+
+def _sibling(name: str) -> ModuleType:
+    """The module `name` of this file's directory (this runs as a script, with `-I -S`)."""
+    spec = util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+os_check_guard, os_check_view = _sibling("os_check_guard"), _sibling("os_check_view")
 
 
 def _last_cap() -> int:
@@ -99,97 +91,6 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None,
     if libc.mount(source and source.encode(), target.encode(), kind and kind.encode(), flags,
                   options and options.encode()) != 0:
         raise OSError(ctypes.get_errno(), f"mount {source} on {target} failed")
-
-
-def _mount_pristine(libc: ctypes.CDLL, source: str, target: str) -> None:
-    """Show the pristine `source` at `target` (a name in a directory of the view's own), read-only.
-
-    A link is copied (never followed: it resolves inside the view), a directory or file is bound
-    read-only; nothing is made when the pristine rootfs has no `source`.
-    """
-    if os.path.islink(source):
-        os.symlink(os.readlink(source), target)
-    elif os.path.isdir(source):
-        os.mkdir(target)
-        _mount(libc, source, target, None, _MS_BIND | _MS_REC)
-        _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
-    elif os.path.exists(source):
-        open(target, "w").close()
-        _mount(libc, source, target, None, _MS_BIND)
-        _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
-
-
-def _mirror(libc: ctypes.CDLL, agent: str, target: str, pristine_only: Callable[[str], bool], source: str) -> None:
-    """Fill `target` (an empty directory of the view's own) with the entries of the agent's directory
-    `agent`, except those `pristine_only` names, which come from `source` (the pristine one).
-
-    The agent's links are copied, its directories and files bound (recursively but for `dev`);
-    an `agent` that is not a plain directory contributes nothing.
-    """
-    entries = os.listdir(agent) if os.path.isdir(agent) and not os.path.islink(agent) else []
-    for entry in entries:
-        path, place = f"{agent.rstrip('/')}/{entry}", f"{target}/{entry}"
-        if pristine_only(entry):
-            continue
-        if os.path.islink(path):
-            os.symlink(os.readlink(path), place)
-        elif os.path.isdir(path):
-            os.mkdir(place)
-            _mount(libc, path, place, None, _MS_BIND | (0 if path == "/dev" else _MS_REC))
-        else:
-            open(place, "w").close()
-            _mount(libc, path, place, None, _MS_BIND)
-    pristine = os.listdir(source) if os.path.isdir(source) else []
-    for entry in pristine:
-        if pristine_only(entry):
-            _mount_pristine(libc, f"{source}/{entry}", f"{target}/{entry}")
-
-
-def _loader_etc(entry: str) -> bool:
-    """Whether `/etc/entry` is read by the loader or an interpreter at start (pristine only in the view)."""
-    return entry in LOADER_ETC or entry.startswith("python")
-
-
-def _trusted_view(libc: ctypes.CDLL) -> None:
-    """Chroot into the trusted view described in the module docstring."""
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare failed")
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    source = PRISTINE
-    # The view's root: a tmpfs on a directory of the read-only PRISTINE (the agent can neither
-    # replace it nor plant a link on its path), entered at once; from here on every mount point
-    # is named relative to it, in directories no process of the agent can reach.
-    mount_point = next((f"{source}/{name}" for name in _VIEW_MOUNTS
-                        if os.path.isdir(f"{source}/{name}") and not os.path.islink(f"{source}/{name}")), None)
-    if mount_point is None:
-        raise OSError(0, f"the pristine image has none of {', '.join(_VIEW_MOUNTS)} to build the view on")
-    _mount(libc, "tmpfs", mount_point, "tmpfs", 0, "mode=0755")
-    os.chdir(mount_point)
-    if os.stat(".").st_dev == os.stat(source).st_dev:
-        raise OSError(0, "the view's tmpfs is not where it was mounted")
-    for entry in _PRISTINE_LINKS:
-        if os.path.islink(f"{source}/{entry}"):
-            os.symlink(os.readlink(f"{source}/{entry}"), entry)
-    _mirror(libc, "/", ".", lambda entry: entry in _PRISTINE_LINKS or entry in ("usr", "etc"), "/nonexistent")
-    os.mkdir("etc")
-    _mirror(libc, "/etc", "etc", _loader_etc, f"{source}/etc")
-    os.mkdir("usr")
-    _mount(libc, f"{source}/usr", "usr", None, _MS_BIND | _MS_REC)
-    _mount(libc, None, "usr", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
-    if os.path.isdir("usr/local") and not os.path.islink("usr/local"):  # pristine, hence stable
-        # The agent's /usr/local, but for Python's site directories in /usr/local/lib (their
-        # .pth files run at start): the pristine ones only.
-        _mount(libc, "tmpfs", "usr/local", "tmpfs", 0, "mode=0755")
-        _mirror(libc, "/usr/local", "usr/local", lambda entry: entry == "lib", "/nonexistent")
-        os.mkdir("usr/local/lib")
-        _mirror(libc, "/usr/local/lib", "usr/local/lib", lambda entry: entry.startswith("python"),
-                f"{source}/usr/local/lib")
-    for directory in _AGENT_PROGRAMS:  # the pristine programs over the agent's (new ones show through)
-        if os.path.isdir(f"/usr/{directory}") and not os.path.islink(f"/usr/{directory}"):
-            _mount(libc, "overlay", f"usr/{directory}", "overlay",
-                   _MS_RDONLY, f"lowerdir={source}/usr/{directory}:/usr/{directory}")
-    os.chroot(".")
-    os.chdir("/")
 
 
 def _agent_proc(libc: ctypes.CDLL) -> None:
@@ -307,9 +208,9 @@ def main(argv: list[str]) -> None:
     os.close(root)
     if trusted:
         try:
-            _trusted_view(libc)
+            os_check_view.enter(libc, program[-1])
         except OSError as error:
-            os.write(2, f"memrl: cannot build the trusted view for the check: {error}\n".encode())
+            os.write(2, f"memrl: cannot build the check's world: {error}\n".encode())
             os._exit(125)
     for cap in range(last_cap + 1):
         if cap not in keep and libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
@@ -318,6 +219,12 @@ def main(argv: list[str]) -> None:
         os._exit(125)
     for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these, and exec would keep them ignored
         signal.signal(number, signal.SIG_DFL)
+    if trusted:
+        try:
+            os_check_guard.guard(libc)  # still with the capabilities this needs (setgid, seccomp)
+        except OSError as error:
+            os.write(2, f"memrl: cannot guard the check: {error}\n".encode())
+            os._exit(125)
     os.execve(program[0], program, {})
 
 

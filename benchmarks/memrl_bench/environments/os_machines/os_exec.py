@@ -2,7 +2,7 @@
 
 `enter_command` is the host command that runs a script inside the machine through
 `os_enter.py` (its cgroups, rlimits and namespaces, Docker's default capabilities minus
-CAP_MKNOD, and for the check the trusted view of the pristine image); `start_agent_namespace`
+CAP_MKNOD, and for the check its world: the pristine image, the agent's state as data); `start_agent_namespace`
 starts the PID namespace the agent's scripts run in; `run_captured` runs a
 host command with a time limit, keeps at most `MAX_CAPTURED_BYTES` of its output, and kills
 its process group when the time is up.
@@ -39,15 +39,16 @@ def enter_command(pid: int, rlimits: dict[str, int], cgroup: Cgroup | None, trus
     """The host command running `script` with `bash -c` in the namespaces of `pid` (`benchmarks/memrl_bench/environments/os_machines/os_enter.py`).
 
     It joins `cgroup`, sets `rlimits` and keeps only Docker's default capabilities minus MKNOD
-    (`_KEPT_CAPABILITY_NUMBERS`); `trusted` (the check) runs it in the trusted view: the pristine
-    rootfs's tools, loader and libraries (at `PRISTINE`).
+    (`_KEPT_CAPABILITY_NUMBERS`); `trusted` (the check) runs it with `bash -p` in the check's
+    world (`os_check_view`: the pristine image at `PRISTINE`, the agent's state as data) and
+    credentials (`os_check_guard`, which `-p` keeps).
     """
     return [
         sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), _KEPT_CAPABILITY_NUMBERS,
         json.dumps(rlimits), json.dumps(cgroup.procs_files() if cgroup else []),
         "trusted" if trusted else "untrusted", "--",
         "/usr/bin/env", "-i", f"PATH={TRUSTED_PATH if trusted else SANDBOX_PATH}", "HOME=/root", "USER=root",
-        "LOGNAME=root", *(TRUSTED_ENV if trusted else ()), "/usr/bin/bash", "-c", script,
+        "LOGNAME=root", *(TRUSTED_ENV if trusted else ()), "/usr/bin/bash", *(("-p",) if trusted else ()), "-c", script,
     ]
 
 

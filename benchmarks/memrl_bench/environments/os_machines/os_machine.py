@@ -16,7 +16,7 @@ from memrl_cli.errors import MemrlError
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_HOSTNAME = "llb-os"
-PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_enter.PRISTINE)
+PRISTINE = "/dev/.memrl-pristine"  # where the sandbox shows the rootfs read-only (os_check_view.PRISTINE)
 MAX_CAPTURED_BYTES = 1 << 20  # keep at most 1 MiB of one script's output
 _OOM_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 # A process killed by SIGXFSZ (bash reports it), or a full writable layer.
@@ -60,7 +60,7 @@ class Sandbox(Protocol):
     def run(self, script: str, trusted: bool = False) -> CommandResult:
         """Run `script` with `bash -c` as root in `/`, within the sandbox's time limit.
 
-        `trusted` (the check): with the pristine image's tools, whatever the agent replaced.
+        `trusted` (the check): in the pristine image, the agent's state only as data.
         """
         ...
 

@@ -19,7 +19,8 @@ Either way scripts run as root with Docker's default capabilities minus CAP_MKNO
 no devices), within the sample's limits (bwrap: its cgroup, `os_cgroup`, and rlimits,
 `os_machine.Limits`; Docker: the container's cgroup and ulimits, no address-space limit). The
 check enters the machine from the host (`os_exec`, `os_enter.py`, as every bwrap script does) and
-runs with the pristine image's tools, whatever the agent replaced; a Docker machine does so only
+runs in the pristine image, with the agent's state only as data (`os_check_view`) and out of
+reach of the agent's programs it runs (`os_check_guard`); a Docker machine does so only
 where `DockerSandbox.untrusted_check` is None (root, a local daemon, the image's files on this
 host), else its check runs through `docker exec` with the machine's own tools.
 """
