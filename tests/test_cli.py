@@ -198,6 +198,32 @@ def test_opt_in_vec_index_and_the_numpy_fallback_agree(sqlite_bank: Path) -> Non
                                                                      abs=1e-6)
 
 
+SAME_INTENT = "heat an egg and put it on the table"
+# The index each engine offers besides its default (SQLite: the numpy scan; PostgreSQL: the exact scan).
+OTHER_INDEX = {"sqlite": "vec", "postgresql": "hnsw"}
+
+
+@pytest.mark.parametrize("index", ["default", "other"])
+def test_the_newest_of_identical_memories_is_retrieved(bank_at: Callable[[str], str], index: str) -> None:
+    """Three memories with one intent, each ingested by its own `memrl ingest` process: similarity-only retrieval
+    (`--lambda 0 --k2 1`) returns the newest for the intent itself and for paraphrases, on every engine and
+    index, in another process each time: their similarities differ only by float32 rounding, which depends on
+    the row a memory holds, and that is no difference (issue 41: ties that are ties)."""
+    db = bank_at("ties")
+    for attempt in (1, 2, 3):
+        memrl(db, "ingest", "--intent", SAME_INTENT, "--experience", f"attempt {attempt}", "--outcome", "success")
+    if index == "other":
+        engine = "postgresql" if db.startswith("postgresql") else "sqlite"
+        assert as_json(memrl(db, "doctor", "--index", OTHER_INDEX[engine], "--json"))["index"]["kind"] == \
+            OTHER_INDEX[engine]
+    for query in (SAME_INTENT, "warm up an egg", "put an egg on the table", "heat egg"):
+        for lam in ("0", "0.5"):
+            found = as_json(memrl(db, "retrieve", query, "--lambda", lam, "--k2", "1", "--json"))
+            assert [m["experience"] for m in found["memories"]] == ["attempt 3"], (query, lam, found)
+        explained = as_json(memrl(db, "explain", str(found["retrieval_id"]), "--json"))
+        assert {c["z_sim"] for c in explained["candidates"]} == {0.0}, explained["candidates"]
+
+
 def test_untrusted_and_newer_banks_are_refused(sqlite_bank: Path) -> None:
     bank = sqlite_bank
     with sqlite3.connect(bank) as conn:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from memrl_cli.errors import MemrlError
-from memrl_cli.method.retrieval import Z_CLIP, Candidate, RetrieveParams, phase_a, phase_b, similarity_stats, zscores
+from memrl_cli.method.retrieval import (SIM_RESOLUTION, Z_CLIP, Candidate, RetrieveParams, phase_a, phase_b,
+                                        similarity_stats, tie_levels, zscores)
 
 STATS = (0.2, 0.1)  # a bank's (mean, std) of intent-intent cosine
 
@@ -163,6 +164,25 @@ def test_phase_a_ties_go_to_the_newest_memory() -> None:
 
 
 # -- parameters and calibration ----------------------------------------------------------------
+
+
+def test_similarities_within_the_resolution_are_one_similarity() -> None:
+    """Float32 rounding of identical intents (1.0000002, 1.0000002, 1.0 by row) is no difference: every method
+    orders them by id alone, and z(sim) over candidates that differ only by it is 0 (issue 41, item 1)."""
+    rounded = np.array([1.0000001192092896, 1.0000001192092896, 1.0, 0.9999998807907104])
+    assert np.all(tie_levels(rounded) == tie_levels(rounded)[0])
+    assert tie_levels(np.array([0.5, 0.5 + 2 * SIM_RESOLUTION])).tolist() == [0.5, 0.5 + 2 * SIM_RESOLUTION]
+    for order in ([0, 1, 2, 3], [2, 3, 0, 1], [3, 2, 1, 0]):  # the row a memory holds decides nothing
+        ids = np.array([1, 2, 3, 4])[order]
+        assert phase_a(rounded[order], ids, 1, 0.5)[0].tolist() == [4]
+        assert phase_a(rounded[order], ids, 2, 0.5)[0].tolist() == [4, 3]
+    near_threshold = np.array([0.5 - SIM_RESOLUTION / 4, 0.5 + SIM_RESOLUTION / 4])
+    assert phase_a(near_threshold, np.array([1, 2]), 5, 0.5)[0].tolist() == [2, 1]  # both or neither: both
+    for lam in (0.0, 0.5):
+        cands, _ = run_b(rounded.tolist(), [0.0, 0.0, 0.0, 0.0], stats=None, k2=1, lam=lam)  # type: ignore[arg-type]
+        assert [c.z_sim for c in cands] == [0.0] * 4 and selected_ids(cands) == [4]
+    cands, _ = run_b([1.0000001192092896, 1.0, 0.6], [0.0, 0.0, 0.0], stats=None, k2=1, lam=0.0)  # type: ignore[arg-type]
+    assert cands[0].z_sim == cands[1].z_sim and selected_ids(cands) == [2]
 
 
 @pytest.mark.parametrize("kwargs", [{"k1": 0}, {"k2": 0}, {"k1": 5000}, {"lam": 1.5}, {"lam": -0.1},

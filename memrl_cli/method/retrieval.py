@@ -11,7 +11,12 @@ z(sim) and z(Q) standardise over the candidate set (population std; std 1 when t
 candidate or all values are equal, so the term is 0); z(Q) is clipped to ±3 as in the authors'
 code. Ties, in both phases and for every selector and λ, go to the NEWEST memory (highest id):
 one rule for every method, so similarity-only retrieval (`rag`) is not stuck with a repeated
-task's oldest memories.
+task's oldest memories. Similarities are compared at a declared resolution, `SIM_RESOLUTION`
+(1e-6): identical intents differ by float32 rounding (~1e-7, depending on the row a memory holds
+in a matrix product or an engine's index), and such a difference is no difference. Each
+similarity within the resolution of a higher one takes that one's value (`tie_levels`), in Phase
+A and in Phase B, on every engine and index, so tied memories are ordered by id alone and a spread
+of the candidates below the resolution gives z(sim) 0.
 
 Departures from the paper are named switches, off by default (docs/method.md lists them with
 their measured effects; `DEPARTURES` names them):
@@ -48,6 +53,7 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.validators import is_finite, is_whole
 
 Z_CLIP = 3.0
+SIM_RESOLUTION = 1e-6  # similarities closer than this are equal (float32 rounding of one vector is ~1e-7)
 RECALLS = ("memories", "groups")
 SIM_STATS = ("candidates", "bank")
 SELECTORS = ("memrl", "memrl-conditioned")
@@ -169,22 +175,43 @@ def zscores(values: np.ndarray, mean: float | None = None, std: float | None = N
     return np.clip(z, -clip, clip) if clip is not None else z
 
 
+def tie_levels(sims: np.ndarray) -> np.ndarray:
+    """`sims` (float64) compared at `SIM_RESOLUTION`: from the highest down, each value within the resolution
+    of the highest value of its run takes that value, so values that differ by rounding become equal and the
+    result does not depend on the order they came in."""
+    sims = np.asarray(sims, dtype=np.float64)
+    if len(sims) < 2:
+        return sims.copy()
+    order = np.argsort(-sims, kind="stable")
+    levels = sims[order]
+    lead = levels[0]
+    for i in range(1, len(levels)):
+        if lead - levels[i] < SIM_RESOLUTION:
+            levels[i] = lead
+        else:
+            lead = levels[i]
+    out = np.empty_like(sims)
+    out[order] = levels
+    return out
+
+
 def newest_first(ids: np.ndarray, sims: np.ndarray) -> np.ndarray:
-    """The order of (ids, sims) best first, the newest memory (highest id) first among equal similarities."""
-    return np.lexsort((-ids, -sims))
+    """The order of (ids, sims) best first, the newest memory (highest id) first among equal similarities
+    (equal at `SIM_RESOLUTION`: `tie_levels`)."""
+    return np.lexsort((-ids, -tie_levels(sims)))
 
 
 def phase_a(similarities: np.ndarray, ids: np.ndarray, k1: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k1 (ids, float64 similarities) by similarity, best first, newest first among ties, keeping
-    sim ≥ threshold. One partition and one comparison over the whole array; the rest works on the few survivors.
+    """Top-k1 (ids, float64 similarities at `SIM_RESOLUTION`: `tie_levels`) by similarity, best first, newest
+    first among ties, keeping sim ≥ threshold (at the resolution). One partition and one comparison over the whole array; the rest
+    works on the few survivors.
     """
-    n = len(similarities)
-    cut = threshold
-    if n > k1:  # keep everything tied with the k1-th best, so ties break by id below
-        cut = max(cut, np.partition(similarities, n - k1)[n - k1])
-    top = np.flatnonzero(similarities >= np.float64(cut))  # float64, as the similarities are reported
-    sims, ids = similarities[top].astype(np.float64), ids[top]
-    order = newest_first(ids, sims)[:k1]
+    top = np.flatnonzero(similarities >= np.float64(threshold) - SIM_RESOLUTION)  # float64, as reported
+    if len(top) > k1:  # keep everything tied with the k1-th best (within the resolution), so ties break by id below
+        kth = np.partition(similarities[top], len(top) - k1)[len(top) - k1]
+        top = top[similarities[top] >= np.float64(kth) - SIM_RESOLUTION]
+    sims, ids = tie_levels(similarities[top]), ids[top]
+    order = np.lexsort((-ids, -sims))[:k1]
     return ids[order], sims[order]
 
 
@@ -254,9 +281,13 @@ def phase_b(candidates: list[Candidate], params: RetrieveParams, sim_stats: tupl
     """
     if not candidates:
         return False
-    sims = np.array([c.similarity for c in candidates], dtype=np.float64)
+    sims = tie_levels(np.array([c.similarity for c in candidates], dtype=np.float64))
+    for c, level in zip(candidates, sims):
+        c.similarity = float(level)
     mean, std = (params.sim_mean, params.sim_std) if params.sim_mean is not None else sim_stats or (None, None)
     z_sim = zscores(sims, mean, std)
+    if mean is None and sims.max() - sims.min() < SIM_RESOLUTION:  # no spread: no similarity term
+        z_sim = np.zeros_like(sims)
     z_q = utility_z(candidates, params)  # memrl: over all candidates, before the q_min filter (as the authors)
     scores = (1 - params.lam) * z_sim + params.lam * z_q
     for c, zs, zq, s in zip(candidates, z_sim, z_q, scores):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
-from memrl_cli.method.retrieval import Filters
+from memrl_cli.method.retrieval import SIM_RESOLUTION, Filters
 from memrl_cli.store.bank_queries import VISIBLE
 from memrl_cli.store.base import POSTGRES_INDEXES, Store, redact
 from memrl_cli.store.migrations import CORE, LATEST, check_meta
@@ -338,21 +338,35 @@ class PostgresStore(Store):
             rows_from = "memory_vectors v" + (" JOIN memories USING (id)" if conditions else "")
         order = "d" if hnsw else "d, id DESC"  # exact: ties to the newest memory, as phase_a (HNSW: the graph's order)
         knn = f"SELECT id, {distance} AS d{', v.embedding' if vectors else ''} FROM {rows_from}{where} ORDER BY {order} LIMIT ?"
-        sql, args = knn, [self.encode(vector), *args, k]
+        sql, args = knn, [self.encode(vector), *args]
         if threshold is not None:  # a margin over float rounding: the exact cut is made below, as phase_a makes it
-            sql, args = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?", [*args, 1.0 - threshold + 1e-9]
-        if hnsw and k > self.ef_search:  # a list of k, not the iterative scan past ef_search (2x slower)
-            cursor = self.conn.raw.cursor(binary=True)
-            rows = self._with_local_setting(f"hnsw.ef_search = {int(min(k, HNSW_EF_SEARCH_MAX))}",
-                                            lambda: cursor.execute(pg_sql(sql), args), begin="BEGIN READ ONLY",
-                                            restore=f"hnsw.ef_search = {int(self.ef_search)}")
-        else:
-            rows = self.conn.execute(sql, args).fetchall()
+            sql = f"SELECT * FROM ({knn}) AS nearest WHERE d <= ?"
+        fetch = k + 1  # one past the k-th: whether it ties with the k-th
+        rows = self._nearest(sql, args, fetch, threshold, hnsw)
+        # Memories tied with the k-th (within SIM_RESOLUTION; exact ties come newest first): fetch until past the tie,
+        # so the caller's tie rule (phase_a: the newest first) chooses among all of them, not the engine's order.
+        while len(rows) == fetch and rows[-1][1] - rows[k - 1][1] < SIM_RESOLUTION:
+            fetch *= 2
+            rows = self._nearest(sql, args, fetch, threshold, hnsw)
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
-        keep = slice(None) if threshold is None else np.flatnonzero(sims >= np.float64(threshold))
+        floor = sims[k - 1] - SIM_RESOLUTION if len(sims) > k else -np.inf  # the k nearest and those tied with the k-th
+        if threshold is not None:
+            floor = max(floor, np.float64(threshold) - SIM_RESOLUTION)
+        keep = np.flatnonzero(sims >= floor)
         found = self.decode([r[2] for r in rows])[keep] if vectors else None
         return ids[keep], sims[keep], found
+
+    def _nearest(self, sql: str, args: list[Any], k: int, threshold: float | None, hnsw: bool) -> list[tuple[Any, ...]]:
+        """The rows of `knn`'s statement for `k` (and, with `threshold`, its cut with a margin over rounding: the exact
+        cut is made by the caller, as phase_a makes it)."""
+        args = [*args, k] + ([1.0 - threshold + 2 * SIM_RESOLUTION] if threshold is not None else [])
+        if hnsw and k > self.ef_search:  # a list of k, not the iterative scan past ef_search (2x slower)
+            cursor = self.conn.raw.cursor(binary=True)
+            return self._with_local_setting(f"hnsw.ef_search = {int(min(k, HNSW_EF_SEARCH_MAX))}",
+                                            lambda: cursor.execute(pg_sql(sql), args), begin="BEGIN READ ONLY",
+                                            restore=f"hnsw.ef_search = {int(self.ef_search)}")
+        return self.conn.execute(sql, args).fetchall()
 
     def _with_local_setting(self, setting: str, run: Callable[[], Any], *, begin: str = "BEGIN",
                             restore: str | None = None) -> list[tuple[Any, ...]]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
-from memrl_cli.method.retrieval import Filters
+from memrl_cli.method.retrieval import SIM_RESOLUTION, Filters
 from memrl_cli.store import migrations as schema
 from memrl_cli.store import sqlite_schema
 from memrl_cli.store.bank_queries import VISIBLE
@@ -253,18 +253,19 @@ class SqliteStore(Store):
         where = f" AND memory_id IN (SELECT id FROM memories WHERE {' AND '.join(conditions)})" if conditions else ""
         sql = f"SELECT memory_id, distance FROM memory_index WHERE embedding MATCH ? AND k = ?{where}"
         rows = self.conn.execute(sql, (self.encode(vector), fetch, *args)).fetchall()
-        # Memories tied with the k-th at the end of the list: fetch until past the tie, so the caller's tie rule
+        # Memories tied with the k-th at the end of the list (within SIM_RESOLUTION): fetch until past the tie, so the
+        # caller's tie rule
         # (phase_a: the newest first) chooses among all of them, not sqlite-vec's order.
-        while len(rows) == fetch and fetch < KNN_MAX and k <= len(rows) and rows[-1][1] == rows[k - 1][1]:
+        while len(rows) == fetch and fetch < KNN_MAX and k <= len(rows) and rows[-1][1] - rows[k - 1][1] < SIM_RESOLUTION:
             fetch = min(2 * fetch, KNN_MAX)
             rows = self.conn.execute(sql, (self.encode(vector), fetch, *args)).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         sims = 1.0 - np.array([r[1] for r in rows], dtype=np.float64)
         keep = np.flatnonzero(~np.isin(ids, hidden))
         if len(keep) > k:  # all the rows tied with the k-th: phase_a keeps k of them, newest first
-            keep = keep[sims[keep] >= sims[keep[k - 1]]]
+            keep = keep[sims[keep] >= sims[keep[k - 1]] - SIM_RESOLUTION]
         if threshold is not None:
-            keep = keep[sims[keep] >= np.float64(threshold)]
+            keep = keep[sims[keep] >= np.float64(threshold) - SIM_RESOLUTION]
         return ids[keep], sims[keep], None
 
     def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
