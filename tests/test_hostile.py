@@ -31,7 +31,7 @@ FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vac
         "bcb-module-test-hook", "bcb-new-stdlib-attribute", "bcb-module-builtins-swapped",
         "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
         "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
-        "bcb-tests-data-by-subclasses", "bcb-answer-from-memory",
+        "bcb-tests-data-by-subclasses", "bcb-answer-from-memory", "bcb-hidden-state-equals-everything",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way"}
 OPTIONS = {"llb-db": {"server": "mariadb"}, "llb-os": {"backend": "bwrap"}}
 
@@ -105,7 +105,7 @@ def test_every_issue_attack_kind_is_in_the_suite() -> None:
                  "tool-swap", "judge-format-injection", "module-test-hook", "new-stdlib-attribute",
                  "builtins-swapped", "by-subclasses", "trace-hook", "code-in-the-checker", "report-fd-from-argv",
                  "caller-frame-outcome-flag", "equals-everything", "patch-then-restore", "library-reads-the-frames",
-                 "hook-closure-cell", "subinterpreter-rewrites-the-report"):
+                 "hook-closure-cell", "subinterpreter-rewrites-the-report", "hidden-state"):
         assert kind in names, kind
     assert {attack.benchmark for attack in hostile.ATTACKS} == set(hostile.BENCHMARKS)
 
