@@ -141,6 +141,16 @@ def _library_values() -> list[object]:
     except ImportError:
         pass
     values += _figures()
+    try:
+        import matplotlib.pyplot as plt
+        import pandas as pd
+
+        frame = pd.DataFrame({"a": [1.0, 2.0, 4.0]}, index=pd.date_range("2024-01-01", periods=3))
+        for draw in (lambda: frame["a"].plot(), lambda: frame.boxplot(), lambda: frame.plot(kind="bar")):
+            values.append(draw().figure)  # (pandas' own formatters and `format_coord` on the axes)
+            plt.close(values[-1])
+    except ImportError:
+        pass
     return values
 
 

@@ -199,11 +199,14 @@ _METHODS = frozenset({"pick", "transform", "transform_affine", "transform_non_af
                       "_button_press", "_button_release", "_on_move", "_get_view", "_set_view",
                       "_set_view_from_bbox", "drag_pan", "_cbar_cla"})
 # The instance attributes in which honest values keep a bare callable their class does not define (the
-# survey of `benchmarks/testing/bcb_shadowing.py`: matplotlib's artists, markers, colorbars, registries).
+# survey of `benchmarks/testing/bcb_shadowing.py` and the values of the 1140 reference solutions:
+# matplotlib's artists, markers, colorbars, offset boxes, registries, a `FuncFormatter`'s function).
 _CALLBACKS = frozenset({"_remove_method", "_marker_function", "_ax_remove", "_offset", "stale_callback",
-                        "exception_handler"})
-# Methods an honest value binds under another name (name, method's name): a colorbar's axes' `cla`.
-_RENAMED_METHODS = frozenset({("cla", "_cbar_cla")})
+                        "exception_handler", "func"})
+# Methods of its class an honest value's instance replaces, and with what (name -> the method's name, or
+# the allowed function a `functools.partial` calls): a colorbar's axes' `cla`, pandas' time-series axes'
+# `format_coord`.
+_REPLACED_METHODS = {"cla": "_cbar_cla", "format_coord": ("pandas.plotting._matplotlib.timeseries", "_format_coord")}
 _NAMES_READ = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})  # of a tests' object
 _ASKED = _NAMES_READ | {"__signature__", "__class__"}  # what a stand-in of the tests' asks for
 _ARITHMETIC = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")
@@ -680,8 +683,8 @@ def _no_hidden_state(obj: object, given: frozenset[str] = frozenset()) -> None:
 def _hides(what: str, found: object, name: str, value: object) -> bool:
     """Whether an instance attribute `name` = `value` hides what its class has under that name (`found`,
     of the kind `what`, `_class_attribute`): a method or any other callable, or a data descriptor (unless
-    `value` is the method of that name of another object, delegated as matplotlib's `TransformWrapper`
-    does, or of `_RENAMED_METHODS`); a class (unless `value` is a subclass of it: numpy's
+    `_delegated`: the method of that name of another object, as matplotlib's `TransformWrapper` does, or
+    what `_REPLACED_METHODS` allows); a class (unless `value` is a subclass of it: numpy's
     `MaskedArray._baseclass`); a descriptor that caches its value in the instance
     (`functools.cached_property`, matplotlib's tick lists) with anything callable. A special or
     non-string name always; a plain data default (`zorder = 0`) never: it is the instance's to set."""
@@ -690,10 +693,20 @@ def _hides(what: str, found: object, name: str, value: object) -> bool:
     if what == "cache":
         return callable(value)
     if what == "behaviour":
-        return not (isinstance(value, types.MethodType) and (value.__name__ == name or
-                                                             (name, value.__name__) in _RENAMED_METHODS)
-                    and getattr(type(value.__self__), value.__name__, None) is value.__func__)
+        return not _delegated(name, value)
     return what != "data"
+
+
+def _delegated(name: str, value: object) -> bool:
+    """Whether `value`, in an instance attribute `name` that hides its class's method, is what honest values
+    put there: the method of that name of another object (or of the name `_REPLACED_METHODS` gives),
+    or a `functools.partial` of the allowed function `_REPLACED_METHODS` gives."""
+    import functools
+
+    replaced = _REPLACED_METHODS.get(name)
+    if isinstance(value, types.MethodType):
+        return value.__name__ in (name, replaced) and getattr(type(value.__self__), value.__name__, None) is value.__func__
+    return type(value) is functools.partial and isinstance(replaced, tuple) and value.func is allowed_global(*replaced)
 
 
 def _bare_callable(value: object) -> bool:
