@@ -666,7 +666,11 @@ def _no_hidden_state(obj: object, given: frozenset[str] = frozenset()) -> None:
         raise pickle.UnpicklingError(f"a value of the program's gives its {kind.__name__} a __dict__ of its own")
     for name, value in attributes.items():
         what, found = _CLASS_ATTRIBUTES.get((kind, name)) or _class_attribute(kind, name)
-        if _hides(what, found, name, value) if what != "data" else name not in _CALLBACKS and _bare_callable(value):
+        if what == "data":
+            hidden = name not in _CALLBACKS and _bare_callable(value)
+        else:
+            hidden = _hides(what, found, name, value)
+        if hidden:
             raise pickle.UnpicklingError(f"a value of the program's sets {name!r} on its {kind.__name__}: "
                                          "not state of its class's")
     if given:
@@ -686,15 +690,15 @@ def _hides(what: str, found: object, name: str, value: object) -> bool:
     `_delegated`: the method of that name of another object, as matplotlib's `TransformWrapper` does, or
     what `_REPLACED_METHODS` allows); a class (unless `value` is a subclass of it: numpy's
     `MaskedArray._baseclass`); a descriptor that caches its value in the instance
-    (`functools.cached_property`, matplotlib's tick lists) with anything callable. A special or
-    non-string name always; a plain data default (`zorder = 0`) never: it is the instance's to set."""
+    (`functools.cached_property`, matplotlib's tick lists) with anything callable; a special or
+    non-string name, always. (A plain data default, `zorder = 0`, is the instance's to set.)"""
     if what == "class":
         return not (isinstance(value, type) and issubclass(value, found))  # type: ignore[arg-type]
     if what == "cache":
         return callable(value)
     if what == "behaviour":
         return not _delegated(name, value)
-    return what != "data"
+    return True  # ("special": not a plain name)
 
 
 def _delegated(name: str, value: object) -> bool:
