@@ -23,8 +23,10 @@ from benchmarks.testing import bcb_shadowing
 from memrl_bench.adapters import bcb_processes
 from memrl_bench.adapters.bigcodebench import BigCodeBench
 
-# The classes the attack reached before the fix (their operators dispatch through the instance), and a few more.
-KNOWN = ("pandas.DataFrame", "pandas.Series", "pandas.Index", "pandas.arrays.DatetimeArray", "pandas.Categorical",
+# Some of the 28 classes the replay opened before the fix (their operators dispatch through the instance:
+# `_cmp_method`, an instance's `__eq__`), and a few of their neighbours.
+KNOWN = ("pandas.DataFrame", "pandas.Series", "pandas.Index", "pandas.RangeIndex", "pandas.arrays.IntegerArray",
+         "pandas.arrays.ArrowStringArray", "pandas.Int64Dtype", "pandas.arrays.DatetimeArray", "pandas.Categorical",
          "collections.Counter", "collections.OrderedDict", "ipaddress.IPv4Network", "io.StringIO")
 
 
