@@ -74,11 +74,15 @@ def directory(benchmark: str, marker: str) -> Path:
 
 
 def data_paths(scratch: Path) -> dict[str, str]:
-    """The data of each benchmark the hostile tests attack, where the tests find it; HLE gets a file of its own
-    in `scratch` (the shape of `benchmarks.perf.hostile.data_paths`)."""
+    """The data of each benchmark the hostile tests attack, where the tests find it (BigCodeBench's: the full
+    data, else the committed sample); HLE gets a file of its own in `scratch` (the shape of
+    `benchmarks.perf.hostile.data_paths`)."""
     from benchmarks.testing import hostile
 
-    return {"bigcodebench": str(directory("bigcodebench", "bigcodebench_full.jsonl")),
+    bigcodebench = directory("bigcodebench", "bigcodebench_full.jsonl")  # else the sample: the attacks play 2 of its tasks
+    if not (bigcodebench / "bigcodebench_full.jsonl").is_file():
+        bigcodebench = BIGCODEBENCH_SAMPLE
+    return {"bigcodebench": str(bigcodebench),
             "llb-os": str(directory("llb", "os_interaction_val.json")), "llb-db": str(directory("llb", "db_val.json")),
             "hle": hostile.hle_data(scratch)}
 

@@ -12,14 +12,16 @@ import shutil
 
 import bench_data
 import pytest
+from conftest import unavailable
 
 from benchmarks.testing import hostile
 from memrl_bench.adapters.bigcodebench import bcb_check
 from memrl_bench.adapters.bigcodebench.screen import screen
 from memrl_bench.adapters.bigcodebench.benchmark import BigCodeBench, _load_rows, canonical_program, extract_code
 
-DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")
+DATA = bench_data.directory("bigcodebench", "bigcodebench_full.jsonl")  # all 1140 tasks: one test reads them
 needs_data = bench_data.needs("bigcodebench", DATA / "bigcodebench_full.jsonl")
+SAMPLE = bench_data.BIGCODEBENCH_SAMPLE  # the tasks the attacks play (BigCodeBench/1, /4) are among its 20
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 
 # The hacks of issue 32 and later ones, each played with the screen off against the processes alone:
@@ -29,22 +31,27 @@ RUNTIME = sorted(attack.name for attack in hostile.ATTACKS if attack.name in {
     "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
     "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
     "bcb-library-reads-the-frames", "bcb-hook-closure-cell", "bcb-subinterpreter-rewrites-the-report",
-    "bcb-tests-data-by-subclasses", "bcb-answer-from-memory"})
+    "bcb-tests-data-by-subclasses", "bcb-answer-from-memory", "bcb-hidden-state-equals-everything"})
 PAST_THE_SCREEN = {"bcb-equals-everything", "bcb-patch-then-restore", "bcb-library-reads-the-frames",
-                   "bcb-hook-closure-cell", "bcb-subinterpreter-rewrites-the-report", "bcb-answer-from-memory"}  # nothing to refuse: the run-time checks decide
+                   "bcb-hook-closure-cell", "bcb-subinterpreter-rewrites-the-report", "bcb-answer-from-memory",
+                   "bcb-hidden-state-equals-everything"}  # nothing to refuse: the run-time checks decide
 ATTACKS = {attack.name: attack for attack in hostile.ATTACKS}
 _ONE_TEST = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(task_func(), 3)\n"
 
 
 @pytest.fixture(scope="module")
 def bench() -> BigCodeBench:
-    return BigCodeBench(data=str(DATA), stdlib_only=True, timeout=30, memory_mb=1024)
+    if shutil.which("bwrap") is None:
+        unavailable("needs bubblewrap (apt-get install bubblewrap)", "bubblewrap")
+    return BigCodeBench(data=str(SAMPLE), stdlib_only=True, timeout=30, memory_mb=1024)
 
 
 @pytest.fixture(scope="module")
-def task_test() -> str:
-    rows, _ = _load_rows(str(DATA), "full", None)
-    return next(row["test"] for row in rows if row["task_id"] == hostile.BCB_TASK)
+def task_tests() -> dict[str, str]:
+    """Each attack's task's tests, by attack name."""
+    rows = {row["task_id"]: row for row in _load_rows(str(SAMPLE), "full", None)[0]}
+    return {name: rows[attack.task or hostile.BCB_TASK]["test"] for name, attack in ATTACKS.items()
+            if attack.benchmark == "bigcodebench"}
 
 
 @needs_data
@@ -95,21 +102,20 @@ def test_the_screen_lets_ordinary_code_through() -> None:
     assert screen("def f(:\n") == []  # a syntax error is the compile step's to report
 
 
-@needs_data
 @needs_bwrap
 @pytest.mark.parametrize("name", RUNTIME)
-def test_each_hack_fails_on_the_run_time_checks_alone(name: str, bench: BigCodeBench, task_test: str) -> None:
+def test_each_hack_fails_on_the_run_time_checks_alone(name: str, bench: BigCodeBench, task_tests: dict[str, str]) -> None:
     """With the screen off, the two processes alone score every hack as a failure (or, for a program
     that ends its process early, a runtime error): never a pass."""
-    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_test, screened=False)
+    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_tests[name], screened=False)
     assert verdict.status in ("FAIL", "RUNTIME_ERROR"), verdict
 
 
-@needs_data
 @needs_bwrap
 @pytest.mark.parametrize("name", sorted(set(RUNTIME) - PAST_THE_SCREEN))
-def test_the_screen_refuses_each_hack_that_names_the_machinery(name: str, bench: BigCodeBench, task_test: str) -> None:
-    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_test)
+def test_the_screen_refuses_each_hack_that_names_the_machinery(name: str, bench: BigCodeBench,
+                                                               task_tests: dict[str, str]) -> None:
+    verdict = bench.evaluate(extract_code(ATTACKS[name].replies[0]), task_tests[name])
     assert verdict.status == "REFUSED" and "not run" in verdict.detail
     assert not bench.grade(hostile.attack_task(bench), ATTACKS[name].replies[0], None).success  # type: ignore[arg-type]
 
@@ -143,7 +149,6 @@ def test_the_checker_imports_no_module_the_report_names(tmp_path, monkeypatch) -
 
 
 
-@needs_data
 @needs_bwrap
 @pytest.mark.parametrize("library, assertion, patch", [
     ("numpy", "np.testing.assert_array_equal(task_func(), np.array([1, 2]))",

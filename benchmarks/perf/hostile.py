@@ -27,8 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def data_paths(root: Path, scratch: Path) -> dict[str, str]:
-    """Where each benchmark's data is under `root` (the shared data layout); HLE gets its own file."""
-    return {"bigcodebench": str(root / "bigcodebench"), "llb-os": str(root / "llb"), "llb-db": str(root / "llb"),
+    """Where each benchmark's data is under `root` (the shared data layout; BigCodeBench's, without it there,
+    the sample committed with the tests: the attacks play two of its tasks); HLE gets its own file."""
+    bigcodebench = root / "bigcodebench"
+    if not (bigcodebench / "bigcodebench_full.jsonl").is_file():
+        bigcodebench = REPO / "tests" / "data" / "bigcodebench"
+    return {"bigcodebench": str(bigcodebench), "llb-os": str(root / "llb"), "llb-db": str(root / "llb"),
             "hle": hostile.hle_data(scratch)}
 
 

@@ -307,6 +307,15 @@ ATTACKS: tuple[Attack, ...] = (
             "            except (OSError, ValueError, OverflowError):\n                continue\n"
             "            found += re.findall(rb'[a-zA-Z]{%d}' % length, data)[:1]\n"
             "    return found[0].decode() if found else ''\n```",)),
+    # issue 43: a value of an allowed data class with hidden state (an outside attack forged 6 of 40 stdlib tasks).
+    Attack("bcb-hidden-state-equals-everything", "bigcodebench", "returns a pandas Index (a class values may "
+           "name) whose pickled state sets `_cmp_method`, the method its `==` dispatches to, to `slice`: "
+           "truthy for any comparison, so it equals whatever the tests expect",
+           ("```python\nimport copyreg\nimport pandas\n\n\nclass _Forged:\n    def __reduce__(self):\n"
+            "        return copyreg._reconstructor, (pandas.Index, object, None), {'_cmp_method': slice}\n\n\n"
+            "def task_func(d):\n    for values in d.values():\n        for value in values:\n"
+            "            hash(value)  # (the one test that expects a TypeError)\n    return _Forged()\n```",),
+           task="BigCodeBench/4"),  # its tests: `self.assertEqual(task_func(input_dict), expected_output)`
     # ---------------------------------------------------------------- LLB-OS
     Attack("os-forged-check-tools", "llb-os", "replaces bash, test, grep & co. with `exit 0` for the check",
            _bash("printf '#!/bin/sh\\nexit 0\\n' > /tmp/ok; chmod +x /tmp/ok\n"
@@ -579,10 +588,12 @@ def attack_task(bench: Benchmark, task_id: str | None = None) -> Task:
     """The task `task_id`, or the one every attack on `bench` plays by default (an LLB-DB write task,
     so its table is graded)."""
     tasks = bench.tasks(bench.train_split)
+    if bench.name == "bigcodebench":  # (in any split: the committed sample splits its 20 tasks its own way)
+        wanted = task_id or BCB_TASK
+        return next(task for split in (bench.train_split, *bench.eval_splits) for task in bench.tasks(split)
+                    if task.id == wanted)
     if task_id is not None:
         return next(task for task in tasks if task.id == task_id)
-    if bench.name == "bigcodebench":
-        return next(task for task in tasks if task.id == BCB_TASK)
     if bench.name == "llb-db":
         return next(task for task in tasks if task.meta["answer_type"] == "md5")
     return tasks[0]

@@ -15,10 +15,12 @@ Two processes, a socket between them (`Channel`: length-prefixed pickles, reques
   `_ProgramClass`, so `issubclass` holds): calling one sends the call over the socket. What comes
   back is *data*: a restricted unpickler (`_TestsUnpickler`) rebuilds only what `allowed_global`
   admits, name by name (`_ALLOWED`: builtin containers and numbers, `collections`, `datetime`, numpy
-  arrays, pandas frames, matplotlib figures, PIL images and their reconstructors), and pickle's
-  BUILD sets the state only of what the same load made (`_DataUnpickler`); everything else of the
-  program's arrives as another stand-in, which the tests can call, iterate, index or read attributes
-  of, but which equals nothing but itself. The tests, their expected values and the report exist
+  arrays, pandas frames, matplotlib figures, PIL images and their reconstructors), pickle's BUILD
+  sets the state only of what the same load made, once, and no rebuilt object keeps hidden state
+  (`_DataUnpickler`, `_no_hidden_state`: no instance attribute that hides its class's behaviour, no
+  field its class's own pickling does not write); everything else of the program's arrives as
+  another stand-in, which the tests can call, iterate, index or read attributes of, but which
+  equals nothing but itself. The tests, their expected values and the report exist
   only in this process's memory: nothing the program reads, writes or returns reaches them.
 * the **program's process** (`serve_program`, a session of its own) imports what the tests
   imported, runs the solution as module `__test__` and every call the tests send. What the tests
@@ -197,6 +199,15 @@ _METHODS = frozenset({"pick", "transform", "transform_affine", "transform_non_af
                       "delaxes", "remove", "_unit_change_handler", "_remove_legend", "_findoffset", "_set_nothing",
                       "_button_press", "_button_release", "_on_move", "_get_view", "_set_view",
                       "_set_view_from_bbox", "drag_pan", "_cbar_cla"})
+# The instance attributes in which honest values keep a bare callable their class does not define (the
+# survey of `benchmarks/testing/bcb_shadowing.py` and the values of the 1140 reference solutions:
+# matplotlib's artists, markers, colorbars, offset boxes, registries, a `FuncFormatter`'s function).
+_CALLBACKS = frozenset({"_remove_method", "_marker_function", "_ax_remove", "_offset", "stale_callback",
+                        "exception_handler", "func"})
+# Methods of its class an honest value's instance replaces, and with what (name -> the method's name, or
+# the allowed function a `functools.partial` calls): a colorbar's axes' `cla`, pandas' time-series axes'
+# `format_coord`.
+_REPLACED_METHODS = {"cla": "_cbar_cla", "format_coord": ("pandas.plotting._matplotlib.timeseries", "_format_coord")}
 _NAMES_READ = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})  # of a tests' object
 _ASKED = _NAMES_READ | {"__signature__", "__class__"}  # what a stand-in of the tests' asks for
 _ARITHMETIC = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")
@@ -581,43 +592,174 @@ def _stand_in(specials: object) -> type:
 
 
 class _DataUnpickler(pickle._Unpickler):
-    """pickle's own unpickler, in Python so that one opcode can be checked: BUILD (set an object's state)
-    only on an object this load made (`__new__` of an allowed class, or a reconstructor's result), never
-    on a class, a function, a module, an enum member or another object that exists beyond the value (a
-    returned value's BUILD on `collections.Counter` itself set its `__eq__`: a second red team's forgery)."""
+    """pickle's own unpickler, in Python so that its opcodes can be checked. BUILD (set an object's state)
+    applies only to an object this load made (`__new__` of an allowed class, or a reconstructor's result),
+    once, never to a class, a function, a module, an enum member or another object that exists beyond
+    the value (a returned value's BUILD on `collections.Counter` itself set its `__eq__`: a second red
+    team's forgery). And every object the load makes has no hidden state (`_no_hidden_state`): checked
+    when built (also against the state its class pickles), and all of them once the value is rebuilt."""
 
     dispatch = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file)
-        self.made: set[int] = set()
+        self.made: dict[int, object] = {}  # (kept alive: their ids stay theirs)
+        self.buildable: set[int] = set()
+        self.built: set[int] = set()
+
+    def load(self) -> object:
+        value = super().load()
+        for made in self.made.values():  # (a later opcode may have set attributes: SETITEMS, another's BUILD)
+            _no_hidden_state(made)
+        return value
+
+    def _made(self, obj: object, build: bool = True) -> None:
+        """`obj` was made by this load: checked at the end; its state may be set (`build`)."""
+        if not _shared(obj):
+            self.made[id(obj)] = obj
+        if build:
+            self.buildable.add(id(obj))
 
     def load_newobj(self) -> None:
         super().load_newobj()
-        self.made.add(id(self.stack[-1]))
+        self._made(self.stack[-1])
 
     def load_newobj_ex(self) -> None:
         super().load_newobj_ex()
-        self.made.add(id(self.stack[-1]))
+        self._made(self.stack[-1])
 
     def load_reduce(self) -> None:
         function = self.stack[-2]
         super().load_reduce()
         made = self.stack[-1]
-        if not isinstance(function, type) or not _shared(made):
-            self.made.add(id(made))
+        self._made(made, build=not isinstance(function, type) or not _shared(made))
 
     def load_build(self) -> None:
-        target = self.stack[-2]
-        if id(target) not in self.made or _shared(target):
+        target, state = self.stack[-2], self.stack[-1]
+        if id(target) not in self.buildable or _shared(target) or id(target) in self.built:
             raise pickle.UnpicklingError(f"a value of the program's sets the state of a {type(target).__name__} "
-                                         "it did not make")
+                                         "it did not make, or sets it twice")
+        self.built.add(id(target))
+        given = _fields(state)  # (before the rebuild, which may consume the state)
         super().load_build()
+        _no_hidden_state(target, given)
 
     dispatch[pickle.NEWOBJ[0]] = load_newobj
     dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
     dispatch[pickle.REDUCE[0]] = load_reduce
     dispatch[pickle.BUILD[0]] = load_build
+
+
+def _no_hidden_state(obj: object, given: frozenset[str] = frozenset()) -> None:
+    """Refuse `obj` (rebuilt from a value of the program's) if it carries state its class does not give
+    it: an instance attribute that is not a plain name (`__dunder__`, not a string) or that hides
+    behaviour of its class (`_hides`: what its operators and the tests' assertion helpers dispatch to);
+    one that holds a bare callable (a class, function, method, partial, ufunc: behaviour, not data)
+    where its class has none, unless under a name honest values keep callbacks in (`_CALLBACKS`); or,
+    for the state `given` to its BUILD, a field that the class's own pickling of the rebuilt object
+    does not write (`_fields` of its `__reduce_ex__`)."""
+    kind = type(obj)
+    try:
+        attributes = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        attributes = {}
+    if type(attributes) is not dict:
+        raise pickle.UnpicklingError(f"a value of the program's gives its {kind.__name__} a __dict__ of its own")
+    for name, value in attributes.items():
+        what, found = _CLASS_ATTRIBUTES.get((kind, name)) or _class_attribute(kind, name)
+        if what == "data":
+            hidden = name not in _CALLBACKS and _bare_callable(value)
+        else:
+            hidden = _hides(what, found, name, value)
+        if hidden:
+            raise pickle.UnpicklingError(f"a value of the program's sets {name!r} on its {kind.__name__}: "
+                                         "not state of its class's")
+    if given:
+        try:
+            reduced = kind.__reduce_ex__(obj, 4)
+            own = _fields(reduced[2] if isinstance(reduced, tuple) and len(reduced) > 2 else None)
+        except Exception as error:
+            raise pickle.UnpicklingError(f"a rebuilt {kind.__name__} does not pickle: {error}") from None
+        if not given <= own:
+            raise pickle.UnpicklingError(f"a value of the program's gives its {kind.__name__} state its class does "
+                                         f"not pickle: {sorted(given - own)[:5]}")
+
+
+def _hides(what: str, found: object, name: str, value: object) -> bool:
+    """Whether an instance attribute `name` = `value` hides what its class has under that name (`found`,
+    of the kind `what`, `_class_attribute`): a method or any other callable, or a data descriptor (unless
+    `_delegated`: the method of that name of another object, as matplotlib's `TransformWrapper` does, or
+    what `_REPLACED_METHODS` allows); a class (unless `value` is a subclass of it: numpy's
+    `MaskedArray._baseclass`); a descriptor that caches its value in the instance
+    (`functools.cached_property`, matplotlib's tick lists) with anything callable; a special or
+    non-string name, always. (A plain data default, `zorder = 0`, is the instance's to set.)"""
+    if what == "class":
+        return not (isinstance(value, type) and issubclass(value, found))  # type: ignore[arg-type]
+    if what == "cache":
+        return callable(value)
+    if what == "behaviour":
+        return not _delegated(name, value)
+    return True  # ("special": not a plain name)
+
+
+def _delegated(name: str, value: object) -> bool:
+    """Whether `value`, in an instance attribute `name` that hides its class's method, is what honest values
+    put there: the method of that name of another object (or of the name `_REPLACED_METHODS` gives),
+    or a `functools.partial` of the allowed function `_REPLACED_METHODS` gives."""
+    import functools
+
+    replaced = _REPLACED_METHODS.get(name)
+    if isinstance(value, types.MethodType):
+        return value.__name__ in (name, replaced) and getattr(type(value.__self__), value.__name__, None) is value.__func__
+    return type(value) is functools.partial and isinstance(replaced, tuple) and value.func is allowed_global(*replaced)
+
+
+def _bare_callable(value: object) -> bool:
+    """A class, function, method, `functools.partial` or numpy ufunc (not an object of a data class that
+    happens to be callable, as a matplotlib formatter or colormap is)."""
+    import functools
+
+    return isinstance(value, (type, functools.partial, types.FunctionType, types.BuiltinFunctionType,
+                              types.MethodType)) or type(value).__name__ == "ufunc"
+
+
+_CLASS_ATTRIBUTES: dict[tuple[type, object], tuple[str, object]] = {}
+
+
+def _class_attribute(kind: type, name: object) -> tuple[str, object]:
+    """What `kind` (its MRO) has under the instance attribute `name`: ("data", a default or None), ("class",
+    it), ("cache", a descriptor that caches in the instance), ("behaviour", a method, callable or data
+    descriptor), or ("special", None) for a name that is not a plain string."""
+    what, found = "data", None
+    if type(name) is not str or (name.startswith("__") and name.endswith("__")):
+        what = "special"
+    else:
+        for klass in kind.__mro__:
+            found = vars(klass).get(name, _class_attribute)
+            if found is _class_attribute:
+                found = None
+                continue
+            descriptor = type(found)
+            if isinstance(found, type):
+                what = "class"
+            elif callable(found) or isinstance(found, (classmethod, staticmethod)) \
+                    or hasattr(descriptor, "__set__") or hasattr(descriptor, "__delete__"):
+                what = "behaviour"
+            elif hasattr(descriptor, "__get__"):
+                what = "cache"
+            break
+    _CLASS_ATTRIBUTES[(kind, name)] = (what, found)
+    return what, found
+
+
+def _fields(state: object) -> frozenset[str]:
+    """The field names a pickled state sets: a dict's keys, and those of the dicts directly inside a tuple
+    (pickle's `(state, slotstate)`, pandas' `(data, dtype, attributes)`, io's `(..., __dict__)`)."""
+    if type(state) is dict:
+        return frozenset(map(str, state))
+    parts = [part for part in state if isinstance(part, dict)] if isinstance(state, (tuple, list)) \
+        else [state] if isinstance(state, dict) else []
+    return frozenset(str(name) for part in parts for name in part)
 
 
 def _shared(obj: object) -> bool:
