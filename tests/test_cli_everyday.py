@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import error_line, run_memrl
+from served import learned_state
 
 E = "[1, 0, 0, 0]"
 NEAR = "[0.95, 0.3, 0, 0]"
@@ -56,14 +57,19 @@ def test_scope_memories_log_reward_last_forget_edit_history(bank_at: Callable[[s
     assert [(r["id"], r["query"], r["rewarded"]) for r in log] == [(second, "warm it", False), (1, "eggs", False)]
     assert one_json(memrl(db, "receipts", "--unrewarded", "--json")) == one_json(memrl(db, "log", "--json"))
     done = one_json(memrl(db, "reward", "--last", "--reward", "1", "--json"))
-    assert done["retrieval_id"] == second and done["updated"]
-    assert one_json(memrl(db, "reward", "--last", "--reward", "1", "--json"))["retrieval_id"] == 1
-    assert "no retrieval is waiting for a reward" in memrl(db, "reward", "--last", "--reward", "1", ok=False)
-    assert "one of --last, --retrieval and --memory" in memrl(db, "reward", "--last", "--retrieval", "1",
-                                                             "--reward", "1", ok=False)
-    assert "True" in memrl(db, "log")
+    assert done["retrieval_id"] == second and done["updated"] and done["query"] == "warm it"
+    assert f'rewarded retrieval {second} ("warm it")' in memrl(db, "reward", "--last", "--reward", "1",
+                                                               "--allow-repeat")
+    before = learned_state(db)
+    assert f"the newest receipt is retrieval {second} (\"warm it\"): it was already rewarded" in \
+        memrl(db, "reward", "--last", "--reward", "1", ok=False)  # never the older one, 1, in its place
+    assert learned_state(db) == before
+    assert "give one of --retrieval, --task, --last, --memory and --jsonl, not --retrieval and --last" in memrl(
+        db, "reward", "--last", "--retrieval", "1", "--reward", "1", ok=False)
+    assert " yes " in memrl(db, "log")
 
-    assert one_json(memrl(db, "forget", "2", "--json")) == {"forgotten": [2], "unchanged": []}
+    assert one_json(memrl(db, "forget", "2", "--json")) == {"forgotten": [2], "unchanged": [], "erased": [2],
+                                                            "vacuumed": False}
     assert "already forgotten: [2]" in memrl(db, "forget", "2")
     edited = one_json(memrl(db, "edit", "1", "--experience", "microwave, 30 s", "--json"))
     assert edited == {"id": 4, "replaces": 1, "reembedded": False}
@@ -84,9 +90,14 @@ def test_scope_memories_log_reward_last_forget_edit_history(bank_at: Callable[[s
 
 def test_receipts_is_a_hidden_alias_of_log() -> None:
     listing = run_memrl("--help").stdout
-    commands = [line.split()[0] for line in listing.split("Commands:")[1].splitlines() if line.startswith("  ")]
+    commands = [line.split()[0] for line in listing.split("Commands:")[1].splitlines()
+                if line.startswith("  ") and line[2] != " "]  # a command's line, not a wrapped help's
     assert "log" in commands and "receipts" not in commands
     assert "--unrewarded" in run_memrl("receipts", "--help").stdout  # the same options as log
+    assert run_memrl("help").stdout == listing + "\n" or run_memrl("help").stdout == listing
+    unknown = error_line(run_memrl("help", "recipts", ok=False))
+    assert "no command 'recipts'; the commands are ingest, retrieve" in unknown and "receipts" not in unknown
+    assert "log" in unknown
 
 
 def on_a_terminal(*args: str) -> tuple[bytes, bytes]:
