@@ -19,8 +19,8 @@ from test_cli import as_json, memrl
 
 from memrl_cli.bank import MemoryBank
 
-TOOLS = {"retrieve", "remember", "reward", "reward_memories", "top_memories", "explain", "stats"}
-WRITES = {"remember", "reward", "reward_memories"}
+TOOLS = {"retrieve", "remember", "reward", "reward_task", "reward_memories", "top_memories", "explain", "stats"}
+WRITES = {"remember", "reward", "reward_task", "reward_memories"}
 TOKEN = "a-test-token-of-some-length"
 TIMESTAMPS = ("created_at", "updated_at", "last_used_at")
 
@@ -119,9 +119,10 @@ def test_http_tools_errors_and_read_only(tmp_path: Any) -> None:
                 for tool, arguments, message in (
                         ("reward", {"retrieval_id": 99, "reward": 1}, "unknown retrieval id 99"),
                         ("reward", {"retrieval_id": 1, "memory_ids": [1], "reward": 1},
-                         "unknown argument memory_ids of reward; its arguments are retrieval_id, reward, source"),
+                         "unknown argument memory_ids of reward; its arguments are retrieval_id, reward, source, scope"),
                         ("reward_memories", {"memory_ids": [1], "reward": 1, "alpha": 0.9},
-                         "unknown argument alpha of reward_memories; its arguments are memory_ids, reward, source"),
+                         "unknown argument alpha of reward_memories; its arguments are memory_ids, reward, source, "
+                         "scope"),
                         ("remember", {"intent": " ", "experience": "x"}, "intent must be a non-empty string"),
                         ("remember", {"intent": "x", "experience": "y", "outcome": "great"},
                          "argument outcome of remember: Input should be 'success', 'failure' or 'unknown'"),
@@ -216,10 +217,11 @@ def test_documented_client_configs_are_json() -> None:
 # The contract every tool publishes: the bounds of each bounded argument (None: unbounded), the required ones.
 BOUNDS = {("retrieve", "k1"): (1, 100), ("retrieve", "k2"): (1, 20), ("retrieve", "lam"): (0, 1),
           ("retrieve", "threshold"): (-1, 1), ("top_memories", "n"): (1, 100), ("explain", "retrieval_id"): (1, None),
-          ("reward", "retrieval_id"): (1, None), ("reward", "reward"): (-1, 1), ("reward_memories", "reward"): (-1, 1)}
+          ("reward", "retrieval_id"): (1, None), ("reward", "reward"): (-1, 1), ("reward_memories", "reward"): (-1, 1),
+          ("reward_task", "reward"): (-1, 1)}
 REQUIRED = {"retrieve": {"query"}, "top_memories": set(), "explain": {"retrieval_id"}, "stats": set(),
             "remember": {"intent", "experience"}, "reward": {"retrieval_id", "reward"},
-            "reward_memories": {"memory_ids", "reward"}}
+            "reward_task": {"task_id", "reward"}, "reward_memories": {"memory_ids", "reward"}}
 
 
 def check_contract(tools: list[Any], reward_range: tuple[float, float] = (-1, 1)) -> None:
@@ -245,8 +247,9 @@ def check_contract(tools: list[Any], reward_range: tuple[float, float] = (-1, 1)
     if "reward_memories" in schemas:
         ids = schemas["reward_memories"]["properties"]["memory_ids"]
         assert (ids["minItems"], ids["maxItems"], ids["items"]["minimum"]) == (1, 100, 1)
-        for name in ("reward", "reward_memories"):
+        for name in ("reward", "reward_task", "reward_memories"):
             assert "alpha" not in schemas[name]["properties"]  # the server sets the learning rate
+    assert schemas["retrieve"]["properties"]["query"]["maxLength"] == 8000
 
 
 # Calls outside the contract: each is refused with one line naming the argument.
@@ -266,7 +269,17 @@ REFUSED = [
     ("retrieve", {"query": "egg", "threshold": 1.5}, "argument threshold of retrieve"),
     ("retrieve", {"query": ""}, "argument query of retrieve"),
     ("retrieve", {"query": "egg", "selector": "ucb"}, "unknown argument selector of retrieve; its arguments are "
-                                                      "query, k1, k2, lam, threshold"),
+                                                      "query, k1, k2, lam, threshold, task_id, scope"),
+    ("reward", {"retrieval_id": "1", "reward": 1}, "argument retrieval_id of reward: Input should be a valid integer"),
+    ("explain", {"retrieval_id": "1"}, "argument retrieval_id of explain: Input should be a valid integer"),
+    ("retrieve", {"query": "egg", "k2": "2"}, "argument k2 of retrieve: Input should be a valid integer"),
+    ("reward", {"retrieval_id": 1, "reward": "1"}, "argument reward of reward: Input should be a valid number"),
+    ("retrieve", {"query": "egg " * 200_000}, "argument query of retrieve: String should have at most 8000 characters"),
+    ("remember", {"intent": "egg " * 200_000, "experience": "y"}, "argument intent of remember: String should have at "
+                                                                  "most 8000 characters"),
+    ("retrieve", {"query": "egg", "scope": "user:*"}, "scope 'user:*' contains a pattern character"),
+    ("reward_task", {"task_id": "nope", "reward": 1}, "no retrieval has task id 'nope' without a scope"),
+    ("reward_task", {"task_id": "", "reward": 1}, "argument task_id of reward_task"),
     ("remember", {"intent": "x", "experience": "y", "outcome": "great"}, "argument outcome of remember"),
     ("remember", {"intent": "x", "experience": "y", "q": 1}, "unknown argument q of remember"),
     ("top_memories", {"n": 0}, "argument n of top_memories"),
