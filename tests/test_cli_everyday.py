@@ -137,3 +137,39 @@ def test_bulk_ingest_and_import_show_progress_on_a_terminal_only(tmp_path) -> No
         assert said in out and b"embedding" in shown  # the progress bar, drawn on the terminal
         piped = run_memrl(*command, "--db", str(tmp_path / f"{command[0]}-piped.db"))
         assert said.decode() in piped.stdout and piped.stderr == ""  # not a terminal: no bar
+
+
+def test_tables_fit_80_columns_without_breaking_words(tmp_path) -> None:
+    """`memrl log` and `inspect --top-q` at 80 columns: no line wider, every header and every word of 12 characters
+    or less whole (times as `2026-01-31 12:00:00`, a word each); `memories --text ""` lists as without --text;
+    `ingest --q 7` is refused outside the reward range, writing nothing."""
+    db = str(tmp_path / "b.db")
+    for intent, experience in (("heat an egg in the microwave, then put it on the table", "SCRIPT: microwave 30 s"),
+                               ("water the plants", "SCRIPT: a can, each pot")):
+        memrl(db, "ingest", "--intent", intent, "--experience", experience, "--vector", E, "--embedder",
+              "external:test:4")
+    before = learned_state(db)
+    assert "q 7 is outside the bank's reward range [-1, 1]" in memrl(
+        db, "ingest", "--intent", "x", "--experience", "y", "--vector", E, "--q", "7", ok=False)
+    assert learned_state(db) == before
+    memrl(db, "quarantine", "2", "--reason", "check")
+    memrl(db, "retrieve", "heat an egg in the microwave, then put it on the table", "--vector", E, "--task",
+          "ticket-4711")
+    listed = one_json(memrl(db, "memories", "--text", "", "--json"))
+    assert listed == one_json(memrl(db, "memories", "--json")) and len(listed["memories"]) == 2
+    env = {"COLUMNS": "80"}
+    for args, headers in ((("log",), ["id", "created", "task", "memories", "rewarded", "reward", "query"]),
+                          (("inspect", "--top-q", "5"), ["id", "q", "visits", "outcome", "quarantined_at", "intent",
+                                                         "experience"])):
+        out = run_memrl(*args, "--db", db, env=env).stdout
+        assert max(map(len, out.splitlines())) <= 80, out
+        words = set(out.split())
+        assert set(headers) <= words, out
+        stamp = one_json(memrl(db, *args, "--json"))
+        times = [v for row in stamp.get("receipts", stamp.get("memories", [])) for k, v in row.items()
+                 if (k in headers or k == "created_at" and "created" in headers) and k.endswith("_at") and v]
+        assert times, stamp
+        for value in times:
+            day, clock = value[:10], value[11:19]
+            assert day in words and clock in words, (value, out)
+        assert {"ticket-4711", "microwave,", "SCRIPT:"} & words, out

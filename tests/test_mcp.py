@@ -375,3 +375,58 @@ def test_read_only_instructions_and_tools_name_no_write_tool(tmp_path: Any) -> N
     assert "remember" not in text and not re.search(r"\breward\b(?! range)", text), text
     offered, mentioned, _ = anyio.run(named)
     assert offered == TOOLS and {"retrieve", "reward", "remember"} <= mentioned
+
+
+def test_scopes_task_ids_and_a_locked_bank(tmp_path: Any) -> None:
+    """A server with `--scope user:alice`: its calls see alice's memories only (never bob's, nor the unscoped one),
+    tag what they remember with her scope; a call naming bob's scope sees his alone, and its task is rewarded by
+    its task id; a call cannot reward or explain another scope's receipt. A locked bank: the call fails after the
+    bank wait, in one line that names no path (once "the bank the bank")."""
+    import sqlite3
+    import time
+
+    db = str(tmp_path / "bank.db")
+    with MemoryBank(db) as bank:
+        bank.ingest("heat an egg", "ALICE: her microwave runs hot", "success", scope="user:alice")
+        bank.ingest("heat an egg", "BOB: egg cups in the drawer", "success", scope="user:bob")
+        bank.ingest("heat an egg", "ANYONE: microwave 30 s", "success")
+
+    async def run() -> None:
+        async with stdio_client(stdio(db, "--scope", "user:alice", "--bank-wait", "1")) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            hers = await call(session, "retrieve", query="heat an egg", k2=3)
+            assert [m["id"] for m in hers["memories"]] == [1]
+            his = await call(session, "retrieve", query="heat an egg", k2=3, scope="user:bob", task_id="ticket-b")
+            assert [m["id"] for m in his["memories"]] == [2]
+            assert (await call(session, "remember", intent="boil an egg", experience="ALICE: 7 min"))["created"]
+            assert [m["id"] for m in (await call(session, "top_memories"))["memories"]] == [1, 4]
+            updated = await call(session, "reward_task", task_id="ticket-b", reward=1, scope="user:bob")
+            assert updated == {"updated": [{"id": 2, "q_before": 0.0, "q_after": 0.3}]}
+            for tool, arguments, message in (
+                    ("reward", {"retrieval_id": hers["retrieval_id"], "reward": 1, "scope": "user:bob"},
+                     "retrieval 1 was retrieved in scope user:alice, not in scope user:bob"),
+                    ("explain", {"retrieval_id": his["retrieval_id"]},
+                     "retrieval 2 was retrieved in scope user:bob, not in scope user:alice"),
+                    ("reward_task", {"task_id": "ticket-b", "reward": 1}, "no retrieval has task id 'ticket-b' in "
+                                                                          "scope user:alice")):
+                result = await session.call_tool(tool, arguments)
+                assert result.is_error and message in result.content[0].text, (tool, result.content[0].text)
+            holder = sqlite3.connect(db, isolation_level=None, timeout=30)
+            holder.execute("BEGIN IMMEDIATE")
+            holder.execute("INSERT INTO meta (key, value) VALUES ('held', '1')")
+            try:
+                began = time.monotonic()
+                result = await session.call_tool("reward", {"retrieval_id": hers["retrieval_id"], "reward": 1})
+                assert time.monotonic() - began < 10
+            finally:
+                holder.rollback()
+                holder.close()
+            assert result.is_error and result.content[0].text == \
+                "the bank stayed locked by another writer for 1 s; try again"
+            assert (await call(session, "reward", retrieval_id=hers["retrieval_id"], reward=1))["updated"]
+
+    anyio.run(run)
+    with MemoryBank(db, create=False) as bank:
+        assert bank.store.memory_record(4)["scope"] == "user:alice"  # type: ignore[index]
+        assert [r["scope"] for r in bank.store.recent_receipts(5)] == ["user:bob", "user:alice"]
