@@ -105,8 +105,9 @@ class TaskState:
         """The task's receipt, stored by its first answered call with the task's key (`calls` messages); None
         while the bank cannot take it."""
         async with task.lock:
-            if retrieval.id is None:
-                await state.step(self.service.record, retrieval, (task.key, calls), self.tasks.expiry)
+            if retrieval.id is None and await state.step(self.service.record, retrieval, (task.key, calls),
+                                                         self.tasks.expiry) is not None:
+                task.calls = max(task.calls, calls)  # the bank has it with the receipt
         return retrieval.id
 
     def called(self, task: Task, calls: int) -> None:
