@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from collections.abc import Callable, Iterator
@@ -256,7 +257,8 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 
 def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
     """Render rows as a rich table on stdout, fitting 80 columns: numbers and short fields never break
-    (nor do their headers); only text columns wrap."""
+    (nor does any header); text columns wrap between words, and break a word only when it is longer than
+    `WORD` characters."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -266,7 +268,8 @@ def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = No
     for i, c in enumerate(columns):
         values = [row[i] for row in cells]
         if any(" " in v or len(v) > 16 for v in values):
-            t.add_column(c, overflow="fold", min_width=min(len(c), 10))
+            longest = max((len(word) for v in values for word in v.split()), default=0)
+            t.add_column(c, overflow="fold", min_width=max(len(c), min(longest, WORD)))
         else:
             t.add_column(c, no_wrap=True, min_width=max([len(c), *map(len, values)]))
     for row in cells:
@@ -279,10 +282,17 @@ def count(n: int, singular: str, plural: str) -> str:
     return f"{n} {singular if n == 1 else plural}"
 
 
+WORD = 12  # a word longer than this may break across lines in a table's text column
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?(\+00:00|Z)?$")  # the bank's UTC times
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     text = "" if value is None else str(value)
+    stamp = STAMP.match(text)
+    if stamp:  # a time as people read it (UTC, to the second): two words, a line each when narrow
+        return f"{stamp.group(1)} {stamp.group(2)}"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -369,6 +379,8 @@ def retrieve(
                                                "pattern (* any text, ? one character; repeatable: any of them)."),
     scope: Optional[list[str]] = typer.Option(None, "--scope", help="Only memories whose scope matches this pattern "
                                               "(user:alice, team:*; repeatable: any of them)."),
+    task: Optional[str] = typer.Option(None, "--task", metavar="ID", help="Your id for the task: the receipt keeps "
+                                       "it (`memrl reward --task ID`), with the scope when one plain --scope is given."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
     """Find the memories to inject for QUERY; prints a retrieval id to reward later."""
@@ -381,7 +393,9 @@ def retrieve(
                                 sim_stats=sim_stats, selector=selector, sources=tuple(source or ()),
                                 scopes=tuple(scope or ()))
         bank = open_bank(db, create=False)
-        result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record)
+        plain = scope[0] if scope and len(scope) == 1 and not any(c in scope[0] for c in "*?[") else None
+        result = bank.retrieve(query, params, vector=parse_json_option(vector, "vector"), record=not no_record,
+                               task_id=task, scope=plain)
         emit(result.to_dict(), as_json, lambda d: table(
             d["memories"], ["id", "outcome", "similarity", "q", "score", "intent", "experience"],
             f"retrieval {d['retrieval_id']}: {count(len(d['memories']), 'memory', 'memories')}"))
@@ -390,11 +404,18 @@ def retrieve(
 @app.command(epilog=examples(
     'memrl reward --retrieval 17 --reward 1          # the episode succeeded',
     'memrl reward --retrieval 18 --reward failure    # same as --reward -1',
+    'memrl reward --task ticket-4711 --reward 1      # the newest retrieval for that task id',
+    'memrl reward --last --reward -1                 # the newest retrieval: says which task it was',
     'memrl reward --memory 4 --memory 9 --reward 0.5 --source judge-v2',
     'memrl reward --jsonl rewards.jsonl --json'))
 def reward(
     retrieval: Optional[int] = typer.Option(None, help="Reward the memories this retrieval selected."),
-    last: bool = typer.Option(False, "--last", help="Reward the newest retrieval not rewarded yet (see `memrl log`)."),
+    task: Optional[str] = typer.Option(None, "--task", metavar="ID", help="Reward the newest retrieval for this task "
+                                       "id (X-Memrl-Task-Id, metadata.memrl_task_id, retrieve --task)."),
+    scope: Optional[str] = typer.Option(None, "--scope", help="With --task: the task's scope (needed when the id "
+                                        "was used in several)."),
+    last: bool = typer.Option(False, "--last", help="Reward the newest retrieval, whichever task it was; refused when "
+                                                    "it was rewarded already or selected nothing (see `memrl log`)."),
     memory: Optional[list[int]] = typer.Option(None, help="Reward this memory id (repeatable)."),
     reward_value: Optional[str] = typer.Option(None, "--reward", metavar="NUMBER",
                                                help="The reward R: 1 (or success), -1 (or failure), or a value in "
@@ -409,8 +430,14 @@ def reward(
 ) -> None:
     """Update Q of rewarded memories by Q ← Q + α(R − Q), atomically, with a ledger row each."""
     with command(as_json):
-        if jsonl is not None and last:
-            raise MemrlError("give either --jsonl or --last, not both")
+        chosen = [name for name, given in (("--retrieval", retrieval is not None), ("--task", task is not None),
+                                           ("--last", last), ("--memory", bool(memory)), ("--jsonl", jsonl is not None))
+                  if given]
+        if len(chosen) > 1:
+            raise MemrlError(f"give one of --retrieval, --task, --last, --memory and --jsonl, not {' and '.join(chosen)}")
+        if scope is not None and task is None:
+            raise MemrlError("--scope goes with --task: the scope of the task to reward")
+        about: dict[str, Any] = {}
         if jsonl is not None:
             from memrl_cli.ops.transfer import read_jsonl
 
@@ -425,23 +452,39 @@ def reward(
             if reward_value is None:
                 raise MemrlError("give --reward R")
             from memrl_cli.bank.ledger import RewardedAlready
+            from memrl_cli.ops.memories import newest_receipt
 
             bank = open_bank(db, create=False)
-            if last:
-                if retrieval is not None or memory:
-                    raise MemrlError("give one of --last, --retrieval and --memory")
-                from memrl_cli.ops.memories import last_unrewarded
-
-                retrieval = last_unrewarded(bank)
+            receipt = newest_receipt(bank, allow_repeat) if last else None
+            if task is not None:
+                receipt = bank.store.receipt(bank.task_receipt(task, scope, any_scope=scope is None))
+            if receipt is not None:
+                retrieval = int(receipt["id"])
+                about = {k: receipt[k] for k in ("task_id", "scope", "query")} | {"retrieval_id": retrieval}
             try:
                 updates = bank.reward(reward_value, retrieval_id=retrieval, memory_ids=memory or None,  # type: ignore[arg-type]
                                       alpha=alpha, floor=floor, source=source, allow_repeat=allow_repeat)  # type: ignore[arg-type]
             except RewardedAlready as exc:
-                raise MemrlError(f"retrieval {exc.retrieval_id} was already rewarded; pass --allow-repeat to reward "
-                                 "it again") from None
-        done: dict[str, Any] = {"updated": updates, **({"retrieval_id": retrieval} if last else {})}
-        emit(done, as_json, lambda d: table(d["updated"], ["id", "q_before", "q_after"],
-                                            f"Q updates (retrieval {retrieval})" if last else "Q updates"))
+                whose = f" (the newest of task {task})" if task is not None else ""
+                raise MemrlError(f"retrieval {exc.retrieval_id}{whose} was already rewarded; pass --allow-repeat to "
+                                 "reward it again") from None
+        emit({"updated": updates, **about}, as_json, _render_reward)
+
+
+def _render_reward(d: dict[str, Any]) -> None:
+    """The Q updates, saying which retrieval (and task) they rewarded when the command chose it."""
+    if "retrieval_id" in d:
+        from memrl_cli.ops.memories import describe_receipt
+
+        print(f"rewarded {describe_receipt({'id': d['retrieval_id'], **d})}")
+        if not d["updated"]:
+            print("it selected no memories: nothing was learned; its task is over")
+    if d["updated"]:
+        table(d["updated"], ["id", "q_before", "q_after"], "Q updates")
+    forgotten = [u["id"] for u in d["updated"] if u.get("forgotten")]
+    if forgotten:
+        print(f"note: {count(len(forgotten), 'memory', 'memories')} {forgotten} forgotten since: Q moved, but "
+              "forgotten memories are never retrieved again")
 
 
 FORMATS = ("table", "csv", "nl", "json")
@@ -519,14 +562,29 @@ def log(
                                                                 "were not rewarded yet."),
     db: Optional[str] = DB, as_json: bool = typer.Option(False, "--json", help="One JSON object: {\"receipts\": [...]}."),
 ) -> None:
-    """Recent retrievals (receipts): the task, the memories selected, and whether (and how) each was rewarded."""
+    """Recent retrievals (receipts): the task (its id and the start of its text), the memories selected, and whether
+    (and how) each was rewarded."""
     with command(as_json):
         from memrl_cli.ops.memories import receipts
 
         rows = receipts(open_bank(db, create=False), number, unrewarded)
-        emit({"receipts": rows}, as_json, lambda d: table(
-            d["receipts"], ["id", "created_at", "memories", "rewarded", "reward", "query"],
-            count(len(rows), "retrieval", "retrievals") + (" waiting for a reward" if unrewarded else "")))
+        emit({"receipts": rows}, as_json, lambda d: _render_log(d["receipts"], unrewarded))
+
+
+def _render_log(rows: list[dict[str, Any]], unrewarded: bool) -> None:
+    """The receipts as a table: the task's id (and scope, when any has one) and the start of its text."""
+    shown = [{**r, "created": r["created_at"], "task": _start(r["task_id"] or "-", 16),
+              "memories": " ".join(map(str, r["memories"])) or "-", "rewarded": "yes" if r["rewarded"] else "no",
+              "query": _start(r["query"], 40)} for r in rows]
+    scoped = ["scope"] if any(r["scope"] for r in rows) else []
+    table(shown, ["id", "created", "task", *scoped, "memories", "rewarded", "reward", "query"],
+          count(len(rows), "retrieval", "retrievals") + (" waiting for a reward" if unrewarded else ""))
+
+
+def _start(text: str, chars: int) -> str:
+    """The start of a text on one line, at most `chars` characters ("…" when cut)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= chars else text[:chars - 1].rstrip() + "…"
 
 
 app.command("receipts", hidden=True, help="The same as `memrl log`.",
@@ -535,18 +593,28 @@ app.command("receipts", hidden=True, help="The same as `memrl log`.",
 
 @app.command(epilog=examples(
     'memrl forget 12',
-    'memrl forget 12 13 --json'))
+    'memrl forget 12 13 --vacuum --json'))
 def forget(
     ids: list[int] = typer.Argument(..., help="Memory ids to forget."),
+    vacuum: bool = typer.Option(False, "--vacuum", help="Then compact the bank, so that its file no longer holds "
+                                                        "the erased bytes (rewrites the whole file)."),
     db: Optional[str] = DB, as_json: bool = JSON,
 ) -> None:
-    """Forget memories: never retrieved or exported again; their ledger and receipts stay (verify holds)."""
+    """Forget memories: their text and vector erased (earlier versions' too), never retrieved or exported again;
+    their id, Q, ledger and receipts stay (verify holds)."""
     with command(as_json):
         from memrl_cli.ops.memories import forget as forget_memories
 
-        emit(forget_memories(open_bank(db, create=False), ids), as_json, lambda d: print(
-            f"forgot {count(len(d['forgotten']), 'memory', 'memories')}"
-            + (f"; already forgotten: {d['unchanged']}" if d["unchanged"] else "")))
+        emit(forget_memories(open_bank(db, create=False), ids, vacuum), as_json, _render_forget)
+
+
+def _render_forget(d: dict[str, Any]) -> None:
+    print(f"forgot {count(len(d['forgotten']), 'memory', 'memories')}"
+          + (f"; already forgotten: {d['unchanged']}" if d["unchanged"] else "")
+          + (f"; erased the text and vector of {d['erased']}" if d["erased"] else ""))
+    if d["erased"] and not d["vacuumed"]:
+        print("the erased bytes may stay in the file's free pages until it is compacted: `memrl forget ID --vacuum`, "
+              "or `sqlite3 FILE VACUUM`")
 
 
 @app.command(epilog=examples(
@@ -1042,6 +1110,10 @@ TOKEN = typer.Option(None, "--token", envvar="MEMRL_TOKEN", show_default=False,
                      help="Secret every HTTP request must carry (X-Memrl-Token); required to bind beyond 127.0.0.1 "
                           "[env MEMRL_TOKEN].")
 READ_ONLY = typer.Option(False, "--read-only", help="Turn off reward and remember (retrieval still stores receipts).")
+SCOPE = typer.Option(None, "--scope", help="The scope of requests that name none, e.g. user:alice: they retrieve, "
+                                           "write and reward in it alone [none: only unscoped memories].")
+BANK_WAIT = typer.Option(2.0, "--bank-wait", help="Seconds a request waits for a bank another process holds "
+                                                  "before going on without it (proxy) or failing (MCP).")
 
 
 def need_extra(module: str, extra: str) -> None:
@@ -1058,7 +1130,8 @@ MCP_PORT = 8766  # `memrl mcp --host` without --port; the proxy's is 8765, the o
 @app.command(epilog=examples(
     'memrl mcp --db ~/agent.db                         # stdio, as MCP clients launch it',
     'memrl mcp --port 8766 --db ~/agent.db             # http://127.0.0.1:8766/mcp',
-    'memrl mcp --host 0.0.0.0 --port 8766 --token "$MEMRL_TOKEN" --read-only'))
+    'memrl mcp --host 0.0.0.0 --port 8766 --token "$MEMRL_TOKEN" --read-only',
+    'memrl mcp --scope user:alice --db ~/team.db'))
 def mcp(
     host: Optional[str] = typer.Option(None, show_default=False, help="Serve streamable HTTP at http://HOST:PORT/mcp "
                                        "instead of stdio, bound to this address (anything but loopback needs "
@@ -1068,10 +1141,11 @@ def mcp(
     http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT", hidden=True,
                                        help="Deprecated: --host HOST --port PORT."),
     alpha: float = typer.Option(0.3, help="Learning rate α of the reward tools (the server's, not the model's)."),
-    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY,
+    scope: Optional[str] = SCOPE, bank_wait: float = BANK_WAIT, db: Optional[str] = DB,
 ) -> None:
-    """Serve the bank as MCP tools (retrieve, remember, reward, reward_memories, top_memories, explain, stats) over
-    stdio, or over HTTP with --host/--port."""
+    """Serve the bank as MCP tools (retrieve, remember, reward, reward_task, reward_memories, top_memories, explain,
+    stats) over stdio, or over HTTP with --host/--port."""
     with command(False):
         if http is not None:
             if host is not None or port is not None:
@@ -1082,12 +1156,14 @@ def mcp(
         need_extra("mcp", "mcp")
         from memrl_cli.serving.mcp import serve
 
-        serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector, alpha=alpha)
+        serve(bank_location(db), http=http, token=token, read_only=read_only, selector=selector, alpha=alpha,
+              scope=scope, bank_wait=bank_wait)
 
 
 @app.command(epilog=examples(
     'memrl proxy --upstream https://api.openai.com/v1 --db ~/agent.db   # 127.0.0.1:8765',
-    'memrl proxy --upstream http://127.0.0.1:8000/v1 --port 9000 --k2 5'))
+    'memrl proxy --upstream http://127.0.0.1:8000/v1 --port 9000 --k2 5',
+    'memrl proxy --upstream https://api.openai.com/v1 --port 8775 --scope user:alice'))
 def proxy(
     upstream: str = typer.Option(..., metavar="URL", help="The OpenAI-compatible API to forward to, e.g. https://api.openai.com/v1."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (anything but loopback needs --token)."),
@@ -1100,7 +1176,10 @@ def proxy(
                                      "conversation) or latest (each new user message a new task)."),
     task_chars: int = typer.Option(2000, help="At most this many characters of the task (its end) are embedded "
                                    "and stored in the receipt."),
-    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY, db: Optional[str] = DB,
+    task_hours: float = typer.Option(24.0, "--task-hours", help="Hours after its last call that a task is continued "
+                                     "by a restarted proxy (its state is kept in the bank)."),
+    selector: str = SELECTOR, token: Optional[str] = TOKEN, read_only: bool = READ_ONLY,
+    scope: Optional[str] = SCOPE, bank_wait: float = BANK_WAIT, db: Optional[str] = DB,
 ) -> None:
     """An OpenAI-compatible proxy (Chat Completions and Responses API) that injects memories and takes rewards
     for them."""
@@ -1112,7 +1191,8 @@ def proxy(
 
         serve(bank_location(db), upstream, host=host, port=port, token=token, read_only=read_only,
               defaults=RetrieveParams(k1=k1, k2=k2, lam=lam, threshold=threshold, selector=selector),
-              task_message=task_message, task_chars=task_chars)
+              task_message=task_message, task_chars=task_chars, scope=scope, bank_wait=bank_wait,
+              task_hours=task_hours)
 
 
 @app.command("help", epilog=examples("memrl help", "memrl help retrieve        # same as memrl retrieve --help"))
@@ -1127,7 +1207,8 @@ def help_cmd(ctx: typer.Context,
         return
     target = group.get_command(root, command)
     if target is None:
-        fail(MemrlError(f"no command {command!r}; the commands are {', '.join(group.list_commands(root))}"), False)
+        shown = [name for name in group.list_commands(root) if not group.get_command(root, name).hidden]
+        fail(MemrlError(f"no command {command!r}; the commands are {', '.join(shown)}"), False)
     with target.make_context(command, [], parent=root, resilient_parsing=True) as sub:
         sys.stdout.write(target.get_help(sub) + "\n")
 

@@ -233,7 +233,7 @@ def test_reward_rule_ledger_and_repeat_refusal(bank_at: Callable[[str], str]) ->
     ({"reward": 1.0, "memory_ids": [1], "alpha": 0.0}, r"alpha must be in \(0, 1\]"),
     ({"reward": 1.0, "memory_ids": [1, 999]}, "unknown memory id 999"),
     ({"reward": 1.0, "retrieval_id": 42}, "unknown retrieval id 42"),
-    ({"reward": 1.0}, "give either a retrieval id or memory ids"),
+    ({"reward": 1.0}, "give one of a retrieval id, memory ids or a task id"),
 ])
 def test_bad_rewards_leave_the_bank_unchanged(bank_at: Callable[[str], str], kwargs: dict, message: str) -> None:
     vector_bank(bank_at("b"), n=3, dim=4)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import error_line, run_memrl
+from served import learned_state
 
 E = "[1, 0, 0, 0]"
 NEAR = "[0.95, 0.3, 0, 0]"
@@ -56,14 +57,19 @@ def test_scope_memories_log_reward_last_forget_edit_history(bank_at: Callable[[s
     assert [(r["id"], r["query"], r["rewarded"]) for r in log] == [(second, "warm it", False), (1, "eggs", False)]
     assert one_json(memrl(db, "receipts", "--unrewarded", "--json")) == one_json(memrl(db, "log", "--json"))
     done = one_json(memrl(db, "reward", "--last", "--reward", "1", "--json"))
-    assert done["retrieval_id"] == second and done["updated"]
-    assert one_json(memrl(db, "reward", "--last", "--reward", "1", "--json"))["retrieval_id"] == 1
-    assert "no retrieval is waiting for a reward" in memrl(db, "reward", "--last", "--reward", "1", ok=False)
-    assert "one of --last, --retrieval and --memory" in memrl(db, "reward", "--last", "--retrieval", "1",
-                                                             "--reward", "1", ok=False)
-    assert "True" in memrl(db, "log")
+    assert done["retrieval_id"] == second and done["updated"] and done["query"] == "warm it"
+    assert f'rewarded retrieval {second} ("warm it")' in memrl(db, "reward", "--last", "--reward", "1",
+                                                               "--allow-repeat")
+    before = learned_state(db)
+    assert f"the newest receipt is retrieval {second} (\"warm it\"): it was already rewarded" in \
+        memrl(db, "reward", "--last", "--reward", "1", ok=False)  # never the older one, 1, in its place
+    assert learned_state(db) == before
+    assert "give one of --retrieval, --task, --last, --memory and --jsonl, not --retrieval and --last" in memrl(
+        db, "reward", "--last", "--retrieval", "1", "--reward", "1", ok=False)
+    assert " yes " in memrl(db, "log")
 
-    assert one_json(memrl(db, "forget", "2", "--json")) == {"forgotten": [2], "unchanged": []}
+    assert one_json(memrl(db, "forget", "2", "--json")) == {"forgotten": [2], "unchanged": [], "erased": [2],
+                                                            "vacuumed": False}
     assert "already forgotten: [2]" in memrl(db, "forget", "2")
     edited = one_json(memrl(db, "edit", "1", "--experience", "microwave, 30 s", "--json"))
     assert edited == {"id": 4, "replaces": 1, "reembedded": False}
@@ -84,9 +90,14 @@ def test_scope_memories_log_reward_last_forget_edit_history(bank_at: Callable[[s
 
 def test_receipts_is_a_hidden_alias_of_log() -> None:
     listing = run_memrl("--help").stdout
-    commands = [line.split()[0] for line in listing.split("Commands:")[1].splitlines() if line.startswith("  ")]
+    commands = [line.split()[0] for line in listing.split("Commands:")[1].splitlines()
+                if line.startswith("  ") and line[2] != " "]  # a command's line, not a wrapped help's
     assert "log" in commands and "receipts" not in commands
     assert "--unrewarded" in run_memrl("receipts", "--help").stdout  # the same options as log
+    assert run_memrl("help").stdout == listing + "\n" or run_memrl("help").stdout == listing
+    unknown = error_line(run_memrl("help", "recipts", ok=False))
+    assert "no command 'recipts'; the commands are ingest, retrieve" in unknown and "receipts" not in unknown
+    assert "log" in unknown
 
 
 def on_a_terminal(*args: str) -> tuple[bytes, bytes]:
@@ -126,3 +137,39 @@ def test_bulk_ingest_and_import_show_progress_on_a_terminal_only(tmp_path) -> No
         assert said in out and b"embedding" in shown  # the progress bar, drawn on the terminal
         piped = run_memrl(*command, "--db", str(tmp_path / f"{command[0]}-piped.db"))
         assert said.decode() in piped.stdout and piped.stderr == ""  # not a terminal: no bar
+
+
+def test_tables_fit_80_columns_without_breaking_words(tmp_path) -> None:
+    """`memrl log` and `inspect --top-q` at 80 columns: no line wider, every header and every word of 12 characters
+    or less whole (times as `2026-01-31 12:00:00`, a word each); `memories --text ""` lists as without --text;
+    `ingest --q 7` is refused outside the reward range, writing nothing."""
+    db = str(tmp_path / "b.db")
+    for intent, experience in (("heat an egg in the microwave, then put it on the table", "SCRIPT: microwave 30 s"),
+                               ("water the plants", "SCRIPT: a can, each pot")):
+        memrl(db, "ingest", "--intent", intent, "--experience", experience, "--vector", E, "--embedder",
+              "external:test:4")
+    before = learned_state(db)
+    assert "q 7 is outside the bank's reward range [-1, 1]" in memrl(
+        db, "ingest", "--intent", "x", "--experience", "y", "--vector", E, "--q", "7", ok=False)
+    assert learned_state(db) == before
+    memrl(db, "quarantine", "2", "--reason", "check")
+    memrl(db, "retrieve", "heat an egg in the microwave, then put it on the table", "--vector", E, "--task",
+          "ticket-4711")
+    listed = one_json(memrl(db, "memories", "--text", "", "--json"))
+    assert listed == one_json(memrl(db, "memories", "--json")) and len(listed["memories"]) == 2
+    env = {"COLUMNS": "80"}
+    for args, headers in ((("log",), ["id", "created", "task", "memories", "rewarded", "reward", "query"]),
+                          (("inspect", "--top-q", "5"), ["id", "q", "visits", "outcome", "quarantined_at", "intent",
+                                                         "experience"])):
+        out = run_memrl(*args, "--db", db, env=env).stdout
+        assert max(map(len, out.splitlines())) <= 80, out
+        words = set(out.split())
+        assert set(headers) <= words, out
+        stamp = one_json(memrl(db, *args, "--json"))
+        times = [v for row in stamp.get("receipts", stamp.get("memories", [])) for k, v in row.items()
+                 if (k in headers or k == "created_at" and "created" in headers) and k.endswith("_at") and v]
+        assert times, stamp
+        for value in times:
+            day, clock = value[:10], value[11:19]
+            assert day in words and clock in words, (value, out)
+        assert {"ticket-4711", "microwave,", "SCRIPT:"} & words, out

@@ -150,3 +150,16 @@ def test_ci_installs_exactly_as_the_readme_says_with_a_portable_llama_cpp() -> N
     assert all(line.startswith('CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -e') for line in installs), installs
     ci = (root / ".ci" / "run").read_text()
     assert installs[1].replace("pip install -e", "pip install -q -e") in ci.splitlines()
+
+
+def test_cli_doc_names_only_selectors_the_cli_takes() -> None:
+    """Every selector the CLI pages (docs/cli.md, docs/cli/*.md) name on a `--selector` row is one the CLI
+    accepts (docs/cli.md once recommended `conditioned-t`, which the CLI refuses)."""
+    from memrl_cli.method.retrieval import SELECTORS
+
+    pages = [DOCS / "cli.md", *sorted((DOCS / "cli").glob("*.md"))]
+    rows = [line for page in pages for line in page.read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `--selector")]
+    named = {name for row in rows for name in re.findall(r"`([a-z][a-z-]*)`", row) if "conditioned" in name or
+             name.startswith("memrl")}
+    assert len(rows) >= 3 and named and named <= set(SELECTORS), named - set(SELECTORS)

@@ -101,8 +101,11 @@ def test_rewards_stay_in_the_bank_s_range(bank_at: Callable[[str], str]) -> None
 
 
 @pytest.mark.parametrize("request_, message", [
-    ({"reward": 1.0}, "give either a retrieval id or memory ids"),
-    ({"reward": 1.0, "retrieval_id": 1, "memory_ids": [1]}, "give either a retrieval id or memory ids"),
+    ({"reward": 1.0}, "give one of a retrieval id, memory ids or a task id"),
+    ({"reward": 1.0, "retrieval_id": 1, "memory_ids": [1]}, "give one of a retrieval id, memory ids or a task id"),
+    ({"reward": 1.0, "retrieval_id": 1, "task": "t"}, "give one of a retrieval id, memory ids or a task id"),
+    ({"reward": 1.0, "task": ""}, "task id must be a non-empty string"),
+    ({"reward": 1.0, "task": "t", "scope": "user:*"}, "scope 'user:*' contains a pattern character"),
     ({"reward": 1.0, "retrieval_id": True}, "retrieval id must be an integer"),
     ({"reward": 1.0, "memory_ids": []}, "memory ids must be a non-empty list of integers"),
     ({"reward": 1.0, "memory_ids": 5}, "memory ids must be a non-empty list of integers"),
@@ -114,7 +117,10 @@ def test_check_reward_request(request_: dict, message: str) -> None:
     with pytest.raises(MemrlError) as caught:
         check_reward_request(request_, 2)
     assert str(caught.value).startswith("reward 3: ") and message in str(caught.value)
-    assert check_reward_request({"reward": 1, "memory_ids": [2, 1, 2]}, 0)[:4] == (None, [2, 1], 1.0, 0.3)
+    checked = check_reward_request({"reward": 1, "memory_ids": [2, 1, 2]}, 0)
+    assert (checked.retrieval_id, checked.memory_ids, checked.task, checked.reward, checked.alpha) == \
+        (None, [2, 1], None, 1.0, 0.3)
+    assert not checked.scoped and check_reward_request({"reward": 1, "task": "t", "scope": None}, 0).scoped
 
 
 def test_set_q_and_revise(bank_at: Callable[[str], str]) -> None:

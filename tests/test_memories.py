@@ -106,14 +106,21 @@ def test_listing_filters_and_orders(bank_at: Callable[[str], str]) -> None:
                 listed(b, **bad)  # type: ignore[arg-type]
 
 
-def test_forget_is_a_tombstone_that_keeps_the_ledger(bank_at: Callable[[str], str]) -> None:
+def test_forget_erases_the_content_and_keeps_the_ledger(bank_at: Callable[[str], str]) -> None:
     with bank(bank_at("b")) as b:
         gone = b.ingest("heat an egg", "microwave", vector=E).id
         kept = b.ingest("heat an egg", "stove", vector=NEAR).id
         receipt = b.retrieve("q", ALL, vector=E)
         b.reward(1.0, retrieval_id=receipt.id)
-        assert memories.forget(b, [gone, gone]) == {"forgotten": [gone], "unchanged": []}
-        assert memories.forget(b, [gone, kept]) == {"forgotten": [kept], "unchanged": [gone]}
+        assert memories.forget(b, [gone, gone]) == {"forgotten": [gone], "unchanged": [], "erased": [gone],
+                                                    "vacuumed": False}
+        assert memories.forget(b, [gone, kept]) == {"forgotten": [kept], "unchanged": [gone], "erased": [kept],
+                                                    "vacuumed": False}
+        erased = inspection.memory(b, gone)
+        assert (erased["intent"], erased["experience"], erased["metadata"]) == ("", "", {})
+        vector = b.store.decode([b.store.rows_by_id("memories", "embedding", [gone])[0][0]])[0]
+        assert not vector.any()  # the zero vector: nothing of the intent is left
+        assert erased["q"] == pytest.approx(0.3) and erased["outcome"] == "unknown"  # the bookkeeping stays
         assert ids(b) == []  # neither retrieved, not even as a candidate
         assert b.retrieve("q", ALL, vector=E).candidates == []
         report = inspection.verify(b)
@@ -187,27 +194,34 @@ def test_an_edited_intent_is_embedded_again(tmp_path) -> None:
         assert inspection.verify(b)["ok"]
 
 
-def test_the_log_of_receipts_and_the_last_unrewarded(bank_at: Callable[[str], str]) -> None:
+def test_the_log_of_receipts_and_the_newest(bank_at: Callable[[str], str]) -> None:
+    """`reward --last` is the newest receipt, full stop: refused (one line) when it selected nothing or was rewarded,
+    never another, older receipt in its place."""
     with bank(bank_at("b")) as b:
-        with pytest.raises(MemrlError, match="no retrieval is waiting for a reward"):
-            memories.last_unrewarded(b)
+        with pytest.raises(MemrlError, match="no retrieval yet"):
+            memories.newest_receipt(b)
         mid = b.ingest("heat an egg", "microwave", vector=E).id
-        first = b.retrieve("heat an egg", ALL, vector=E).id
+        first = b.retrieve("heat an egg", ALL, vector=E, task_id="ticket-1").id
         second = b.retrieve("warm an egg", ALL, vector=E).id
+        assert memories.newest_receipt(b)["id"] == second
         empty = b.retrieve("nothing", RetrieveParams(threshold=0.99), vector=FAR).id  # selected nothing
         log = memories.receipts(b)
         assert [r["id"] for r in log] == [empty, second, first]
-        assert log[1] | {"created_at": None} == {"id": second, "query": "warm an egg", "created_at": None,
-                                                 "explored": False, "memories": [mid], "rewarded": False,
-                                                 "reward": None, "rewarded_at": None}
-        assert memories.last_unrewarded(b) == second  # not the one with nothing to reward
-        b.reward(-1.0, retrieval_id=second)
-        assert memories.last_unrewarded(b) == first
+        assert log[1] | {"created_at": None} == {"id": second, "task_id": None, "scope": None, "query": "warm an egg",
+                                                 "created_at": None, "explored": False, "memories": [mid],
+                                                 "rewarded": False, "reward": None, "rewarded_at": None}
+        assert log[2]["task_id"] == "ticket-1"
+        with pytest.raises(MemrlError, match=rf'^the newest receipt is retrieval {empty} \("nothing"\): it selected '
+                                             "no memories"):
+            memories.newest_receipt(b)  # not the one before it
+        third = b.retrieve("heat an egg", ALL, vector=E, task_id="ticket-2").id
+        b.reward(-1.0, retrieval_id=third)
+        with pytest.raises(MemrlError, match=rf'^the newest receipt is retrieval {third} \(task ticket-2: "heat an egg"'
+                                             r'\): it was already rewarded; nothing was written'):
+            memories.newest_receipt(b)
+        assert memories.newest_receipt(b, allow_repeat=True)["id"] == third
         log = memories.receipts(b, 2)
-        assert [(r["id"], r["rewarded"], r["reward"]) for r in log] == [(empty, False, None), (second, True, -1.0)]
-        assert [r["id"] for r in memories.receipts(b, unrewarded=True)] == [first]
-        b.reward(1.0, retrieval_id=first)
-        with pytest.raises(MemrlError, match="no retrieval is waiting"):
-            memories.last_unrewarded(b)
+        assert [(r["id"], r["rewarded"], r["reward"]) for r in log] == [(third, True, -1.0), (empty, False, None)]
+        assert [r["id"] for r in memories.receipts(b, unrewarded=True)] == [second, first]
         with pytest.raises(MemrlError, match="count must be"):
             memories.receipts(b, 0)

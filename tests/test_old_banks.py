@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import error_line
-from memrl_cli.ops import inspection
+from memrl_cli.ops import inspection, memories
 from memrl_cli.ops import runs
 from memrl_cli.store import migrations as schema
 from memrl_cli.bank import MemoryBank
@@ -57,6 +57,10 @@ def check_old_bank(location: str) -> None:
         assert runs.get_run(bank, "run-1")["status"] == "finished"
         assert runs.completed_batches(bank, "run-1") == {("train", "train", 0, 0)}
         assert [e["task_id"] for e in runs.episodes(bank, "run-1")] == ["t0"]
+        assert bank.store.schema_version() == schema.LATEST and bank.store.has_table("tasks")  # migrated to 7
+        assert all(r["task_id"] is None and r["scope"] is None for r in memories.receipts(bank, 100))
+        tagged = bank.retrieve("again", PARAMS, vector=QUERY, task_id="t-old", scope="user:old")
+        assert bank.task_receipt("t-old") == tagged.id and memories.receipts(bank, 1)[0]["task_id"] == "t-old"
         runs.create_run(bank, "run-2", "toy", "memrl", {}, {}, 1, "now")
         assert bank.meta(schema.RUNS.meta_key or "") == schema.RUNS.latest
         bank.reward(1.0, memory_ids=[2])

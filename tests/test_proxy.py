@@ -25,6 +25,7 @@ from served import cli_env, learned_state, seed, serving
 from test_cli import as_json, memrl
 
 from memrl_cli.bank import MemoryBank
+from memrl_cli.errors import MemrlError
 
 TOKEN = "a-test-token-of-some-length"
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,17 +81,19 @@ def test_reply_byte_identical_with_receipt_and_reward_as_the_cli(bank_at: Callab
                 model="m", stream=True, messages=[{"role": "user", "content": TASK}]) as streamed:
             stream_rid = int(streamed.headers["X-Memrl-Retrieval"])
             body = b"".join(streamed.iter_bytes())
-        done = b"data: [DONE]\n\n"
         sent = upstream.sent[-1]
-        assert sent.endswith(done) and body.startswith(sent[:-len(done)]) and body.endswith(done)
-        first = json.loads(sent[6:sent.index(b"\n")])
-        assert json.loads(body[len(sent) - len(done) + 6:-len(done)]) == {  # one more chunk: the receipt
-            "id": first["id"], "object": "chat.completion.chunk", "created": first["created"], "model": first["model"],
-            "choices": [], "memrl": {"retrieval_id": stream_rid}}
+        sent_events, events = sent.split(b"\n\n"), body.split(b"\n\n")
+        member = b'data: {"memrl":{"retrieval_id": %d},' % stream_rid
+        spliced = [i for i, (a, b) in enumerate(zip(sent_events, events)) if a != b]
+        assert len(events) == len(sent_events) and spliced == [0, len(events) - 3]  # the first and the finish chunk
+        for i in spliced:  # the receipt as their first member, every other byte as the upstream sent it
+            assert events[i] == member + sent_events[i][len(b"data: {"):]
+        assert b'"finish_reason": "stop"' in events[-3] and events[-2:] == [b"data: [DONE]", b""]
         chunks = list(client(url).chat.completions.create(model="m", stream=True,
                                                           messages=[{"role": "user", "content": TASK}]))
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "I boiled it on the stove."
-        assert chunks[-1].choices == [] and chunks[-1].model_extra["memrl"] == {"retrieval_id": 3}
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "I boiled it on the stove."
+        assert all(c.choices for c in chunks)  # no chunk without a choice: the client asked for no usage chunk
+        assert chunks[0].model_extra["memrl"] == chunks[-1].model_extra["memrl"] == {"retrieval_id": 3}
 
         posted = httpx2.post(f"{url}/v1/memrl/rewards", json={"retrieval_id": rid, "reward": 1})
         assert posted.status_code == 200
@@ -266,7 +269,6 @@ def test_eight_concurrent_clients_lose_no_update(bank_at: Callable[[str], str], 
 
 def test_a_missing_extra_is_named() -> None:
     from memrl_cli.cli import need_extra
-    from memrl_cli.errors import MemrlError
 
     with pytest.raises(MemrlError, match=r"^this command needs the 'proxy' extra: pip install 'memrl\[proxy\]'$"):
         need_extra("memrl_no_such_module", "proxy")
@@ -286,7 +288,6 @@ def test_a_memory_cannot_close_its_delimiters() -> None:
 
 def test_a_deferred_receipt_is_the_one_retrieve_stores(bank_at: Callable[[str], str]) -> None:
     """The proxy stores its receipt after the upstream answered: `record` must write what `retrieve` would."""
-    from memrl_cli.errors import MemrlError
     from memrl_cli.method.retrieval import RetrieveParams
 
     now, later = bank_at("now"), bank_at("later")
@@ -559,41 +560,58 @@ def test_web_pages_cannot_use_the_proxy(tmp_path: Path, upstream: Any) -> None:
     assert len(learned_state(db)["memories"]) == 3  # stored once: the three local calls are one memory
 
 
+def find(tasks: Any, body: dict[str, Any], headers: dict[str, str], scope: str | None = None) -> tuple[Any, bool]:
+    """The task of a request as a proxy with an empty bank finds it: one it remembers, else a new one."""
+    call = tasks.identify(body, headers, scope)
+    task, continued = tasks.find(call)
+    return (task, continued) if task is not None else (tasks.new(call), False)
+
+
 def test_which_calls_are_one_task() -> None:
     """The task rules alone: a task id whatever the text, a growing conversation, the latest user message, a
-    continued response, and the cut to the text's end."""
+    continued response, the cut to the text's end, and scopes (the same id or conversation in two scopes is two
+    tasks)."""
     from memrl_cli.serving.proxy_tasks import Tasks
 
     tasks = Tasks()
     image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
-    named, _ = tasks.find({"messages": [{"role": "user", "content": TASK}]}, {"x-memrl-task-id": "t1"})
-    later, continued = tasks.find({"messages": [{"role": "user", "content": image}]}, {"x-memrl-task-id": "t1"})
-    assert named is not None and later is named and not continued
-    assert tasks.find({"messages": [{"role": "user", "content": image}]}, {}) == (None, False)
+    named, _ = find(tasks, {"messages": [{"role": "user", "content": TASK}]}, {"x-memrl-task-id": "t1"})
+    later, continued = find(tasks, {"messages": [{"role": "user", "content": image}]}, {"x-memrl-task-id": "t1"})
+    assert named is not None and later is named and not continued and named.task_id == "t1"
+    elsewhere, _ = find(tasks, {"messages": [{"role": "user", "content": TASK}]}, {"x-memrl-task-id": "t1"}, "user:bob")
+    assert elsewhere is not None and elsewhere is not named and elsewhere.scope == "user:bob"
+    conv, _ = find(tasks, {"input": TASK, "conversation": {"id": "conv_1"}}, {})
+    assert conv is not None and conv.task_id == "conv_1"  # the Responses API's conversation is a task id
+    assert find(tasks, {"messages": [{"role": "user", "content": image}]}, {}) == (None, False)
     chat: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
     longer = chat + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]
-    first, _ = tasks.find({"messages": chat}, {})
-    assert first is not None and first.text == TASK
+    first, _ = find(tasks, {"messages": chat}, {})
+    assert first is not None and first.text == TASK and first.task_id is None
+    assert find(tasks, {"messages": chat}, {}, "user:bob")[0] is not first  # the same conversation, another scope
     first.in_flight.append(2)  # being answered: the same call again is the same task run twice at once
-    twin, _ = tasks.find({"messages": chat}, {})
+    twin, _ = find(tasks, {"messages": chat}, {})
     assert twin is not None and twin is not first
     first.in_flight.clear()
-    retried, _ = tasks.find({"messages": chat}, {})  # twin's first call failed: a retry continues it
+    retried, _ = find(tasks, {"messages": chat}, {})  # twin's first call failed: a retry continues it
     assert retried is twin
     twin.calls = 2  # answered (what the proxy records after a 2xx)
-    grown, _ = tasks.find({"messages": longer}, {})
+    grown, _ = find(tasks, {"messages": longer}, {})
     assert grown is twin
-    again, _ = tasks.find({"messages": chat}, {})  # the same task from the start, once answered: a new task
+    again, _ = find(tasks, {"messages": chat}, {})  # the same task from the start, once answered: a new task
     assert again is not None and again is not twin
-    assert tasks.find({"input": TASK}, {})[0] is not None  # a Responses API input string is a user message
+    assert find(tasks, {"input": TASK}, {})[0] is not None  # a Responses API input string is a user message
+    tasks.ended(again)  # rewarded: the same call opens a new task
+    assert find(tasks, {"messages": chat}, {})[0] is not again
 
     latest = Tasks("latest")
-    one, _ = latest.find({"messages": chat}, {})
-    two, _ = latest.find({"messages": longer}, {})
+    one, _ = find(latest, {"messages": chat}, {})
+    two, _ = find(latest, {"messages": longer}, {})
     assert one is not None and two is not None and two is not one and two.text == "b"
     latest.answered("resp_1", two)
-    assert latest.find({"previous_response_id": "resp_1", "input": [{"type": "function_call_output"}]}, {}) == \
+    assert find(latest, {"previous_response_id": "resp_1", "input": [{"type": "function_call_output"}]}, {}) == \
         (two, True)
 
-    long = Tasks(task_chars=40).find({"messages": [{"role": "user", "content": "word " * 1000 + TASK}]}, {})[0]
+    long = find(Tasks(task_chars=40), {"messages": [{"role": "user", "content": "word " * 1000 + TASK}]}, {})[0]
     assert long is not None and long.text == "heat an egg in the microwave, then serve it"[-40:].split(" ", 1)[1]
+    with pytest.raises(MemrlError, match="the task id must be a non-empty string of at most 1000 characters"):
+        Tasks().identify({"messages": chat}, {"x-memrl-task-id": "x" * 1001}, None)

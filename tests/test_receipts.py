@@ -12,7 +12,7 @@ from bank_parts import connect, seed, unit
 from memrl_cli.bank.calibration import Calibration
 from memrl_cli.errors import MemrlError
 from memrl_cli.bank.search_index import SearchIndex
-from memrl_cli.bank.retriever import Retriever
+from memrl_cli.bank.retriever import Retrieval, Retriever
 from memrl_cli.method.retrieval import Candidate, RetrieveParams
 from memrl_cli.bank.vectors import BankVectors
 
@@ -53,8 +53,8 @@ def test_conditioning_weighs_past_rewards_by_query_similarity(bank_at: Callable[
     near = Candidate(1, 1.0, 0.0)
     retriever.condition([near], vectors[0])
     assert near.utility is None  # never rewarded
-    rid = retriever.write_receipt("q", RetrieveParams(), (0.0, 1.0), [Candidate(1, 1.0, 0.0, selected_rank=0)],
-                                  [], False, query_vec=vectors[0])
+    rid = retriever.write_receipt(Retrieval(None, "q", [], [Candidate(1, 1.0, 0.0, selected_rank=0)], False,
+                                            RetrieveParams(), query_vector=vectors[0]))
     with retriever.db.transaction() as conn:
         conn.execute("INSERT INTO rewards (retrieval_id, memory_id, kind, reward, alpha, q_before, q_after, created_at) "
                      "VALUES (?, 1, 'reward', 1.0, 0.3, 0.0, 0.3, 'now')", (rid,))

@@ -11,7 +11,9 @@ Tests use it instead of mocks: the real ``openai`` client talks to it over TCP.
   error with an OpenAI-style error body (``param`` optional; ``delay`` also applies);
 * raising an exception -> HTTP 500 with the exception text.
 
-A request with ``"stream": true`` gets the answer as Server-Sent Events (chunked, one word per chunk).
+A request with ``"stream": true`` gets the answer as Server-Sent Events (chunked, one word per chunk); with
+``"stream_options": {"include_usage": true}``, as OpenAI sends it: ``"usage": null`` on every chunk, then one
+more chunk with no choices and the usage.
 
 ``POST /v1/responses`` (the Responses API) is answered from the same script: the responder gets the
 request's JSON (``input``, not ``messages``) and its answer becomes a ``response`` object (a message
@@ -307,7 +309,7 @@ class ScriptedChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout); nothing left to answer
 
-            def _stream(self, completion: dict, headers: dict[str, str]) -> None:
+            def _stream(self, completion: dict, headers: dict[str, str], body: dict) -> None:
                 """The completion (or response) as Server-Sent Events, one chunk per word, each flushed as it is
                 written."""
                 try:
@@ -321,7 +323,8 @@ class ScriptedChatServer:
                         events = [f"event: {kind}\ndata: {event}\n\n".encode()
                                   for kind, event in _response_events(completion)]
                     else:
-                        events = [f"data: {event}\n\n".encode() for event in _stream_events(completion)]
+                        usage = (body.get("stream_options") or {}).get("include_usage") is True
+                        events = [f"data: {event}\n\n".encode() for event in _stream_events(completion, usage)]
                     server._record_sent(b"".join(events))
                     for data in events:
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -361,7 +364,7 @@ class ScriptedChatServer:
                         self.close_connection = True
                         return
                     if body.get("stream") and status == 200:
-                        self._stream(payload, headers)
+                        self._stream(payload, headers, body)
                     else:
                         server._record_sent(json.dumps(payload).encode())
                         self._send(status, payload, headers)
@@ -398,17 +401,19 @@ def _words(content: str) -> list[str]:
     return [w for w in words if w]
 
 
-def _stream_events(completion: dict) -> list[str]:
+def _stream_events(completion: dict, usage: bool = False) -> list[str]:
     """`data:` payloads of a streamed completion: a role chunk, one chunk per word (or per tool call), a finish
-    chunk, [DONE]."""
+    chunk, with `usage` a usage chunk (no choices), [DONE]."""
     base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
-            "model": completion["model"]}
+            "model": completion["model"], **({"usage": None} if usage else {})}
     message = completion["choices"][0]["message"]
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
     deltas += [{"content": w} for w in _words(message["content"] or "")]
     deltas += [{"tool_calls": [dict(call, index=i)]} for i, call in enumerate(message.get("tool_calls") or [])]
     events = [dict(base, choices=[{"index": 0, "delta": d, "finish_reason": None}]) for d in deltas]
     events.append(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": completion["choices"][0]["finish_reason"]}]))
+    if usage:
+        events.append(dict(base, choices=[], usage=completion["usage"]))
     return [json.dumps(e) for e in events] + ["[DONE]"]
 
 

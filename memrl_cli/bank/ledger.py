@@ -12,16 +12,30 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from memrl_cli.bank.connection import BankConnection
 from memrl_cli.errors import MemrlError
 from memrl_cli.method.learning import DEFAULT_ALPHA, REWARD_RANGE, check_reward, check_reward_range
-from memrl_cli.bank.records import check_text, content_hash, now
+from memrl_cli.bank.records import check_scope, check_task_id, check_text, content_hash, now
 
-REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "alpha", "floor", "source", "allow_repeat"}
-# A checked reward request: (retrieval_id, memory_ids, reward, alpha, floor, source, allow_repeat).
-RewardRequest = tuple[Any, ...]
+REWARD_FIELDS = {"reward", "retrieval_id", "memory_ids", "task", "scope", "alpha", "floor", "source", "allow_repeat"}
+
+
+class RewardRequest(NamedTuple):
+    """A checked reward request: what it rewards (a receipt, memory ids, or a task's receipt), how, and the scope
+    it acts in (`scoped`: only receipts, memories and tasks of `scope`, None being no scope)."""
+
+    retrieval_id: int | None
+    memory_ids: list[int] | None
+    task: str | None
+    reward: float
+    alpha: float
+    floor: float | None
+    source: str | None
+    allow_repeat: bool
+    scoped: bool
+    scope: str | None
 
 
 class RewardedAlready(MemrlError):
@@ -40,9 +54,9 @@ def check_reward_request(request: dict[str, Any], i: int, bounds: tuple[float, f
     if unknown:
         raise MemrlError(f"{where}unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
                          f"use {', '.join(sorted(REWARD_FIELDS))}")
-    rid, ids = request.get("retrieval_id"), request.get("memory_ids")
-    if (rid is None) == (ids is None):
-        raise MemrlError(f"{where}give either a retrieval id or memory ids, not both or neither")
+    rid, ids, task = request.get("retrieval_id"), request.get("memory_ids"), request.get("task")
+    if sum(x is not None for x in (rid, ids, task)) != 1:
+        raise MemrlError(f"{where}give one of a retrieval id, memory ids or a task id")
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, int)):
         raise MemrlError(f"{where}retrieval id must be an integer, got {rid!r}")
     if ids is not None:
@@ -53,11 +67,19 @@ def check_reward_request(request: dict[str, Any], i: int, bounds: tuple[float, f
         if not ids or not all(isinstance(m, int) and not isinstance(m, bool) for m in ids):
             raise MemrlError(f"{where}memory ids must be a non-empty list of integers")
     try:
+        task = check_task_id(task)
+        scope = check_scope(request.get("scope"))
         alpha = request["alpha"] if request.get("alpha") is not None else DEFAULT_ALPHA
         r, a, f = check_reward(request.get("reward"), alpha, request.get("floor"), bounds)
     except MemrlError as exc:
         raise MemrlError(f"{where}{exc}") from None
-    return rid, ids, r, a, f, request.get("source"), bool(request.get("allow_repeat"))
+    return RewardRequest(rid, ids, task, r, a, f, request.get("source"), bool(request.get("allow_repeat")),
+                         "scope" in request, scope)
+
+
+def in_scope(scope: str | None) -> str:
+    """How a message names a scope."""
+    return "without a scope" if scope is None else f"in scope {scope}"
 
 
 class Ledger:
@@ -83,36 +105,65 @@ class Ledger:
                 self.db.store.set_meta("reward_range", {"min": low, "max": high, "set_at": now()})
         return self.reward_range()
 
+    def task_receipt(self, task: str, scope: str | None = None, any_scope: bool = True) -> int:
+        """The receipt a task id names: its newest receipt in `scope` (None: without a scope), or with `any_scope`
+        in whichever scope it was retrieved in (refused when that is more than one)."""
+        found = self.db.store.task_receipts(task, scope, any_scope)
+        if not found:
+            raise MemrlError(f"no retrieval has task id {task!r}" + ("" if any_scope else f" {in_scope(scope)}")
+                             + "; see `memrl log`")
+        if len(found) > 1:
+            scopes = ", ".join("(none)" if s is None else s for _, s in found)
+            raise MemrlError(f"task id {task!r} was retrieved for in several scopes ({scopes}): give the scope")
+        return found[0][0]
+
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several rewards in one transaction (all or none); [{"id", "q_before", "q_after"}] in the order applied."""
+        """Several rewards in one transaction (all or none); [{"id", "q_before", "q_after"}] in the order applied
+        (with `"forgotten": true` for a memory a receipt selected that has been forgotten since). A reward of a
+        receipt ends its task (a server opens a new one for the task's next call), even one that selected nothing.
+        A request with a `scope` acts in it alone (its receipts, memories and tasks); memory ids must name
+        memories that are not forgotten."""
         db, store = self.db, self.db.store
         bounds = self.reward_range()
         checked = [check_reward_request(r, i, bounds) for i, r in enumerate(requests)]
         stamp = now()
-        memory_ids = [mid for c in checked for mid in (c[1] or ())]
-        if store.single_statement_writes and not db.depth and checked \
-                and all(c[0] is None for c in checked) and len(set(memory_ids)) == len(memory_ids):
+        direct = [mid for c in checked for mid in (c.memory_ids or ())]
+        self._check_memories(direct, False)
+        if store.single_statement_writes and not db.depth and checked and len(set(direct)) == len(direct) \
+                and all(c.memory_ids is not None and not c.scoped for c in checked):
             # Given memories, each once: one statement that locks, updates and ledgers (one round trip)
-            entries = [(None, mid, r, a, f, source) for _, ids, r, a, f, source, _ in checked for mid in ids]
+            entries = [(None, mid, c.reward, c.alpha, c.floor, c.source) for c in checked for mid in c.memory_ids or ()]
             return [{"id": m, "q_before": b, "q_after": q} for m, b, q in db.single_statement(
                 lambda: store.apply_rewards(entries, stamp))]
         updates: list[dict[str, Any]] = []
         with db.transaction():
+            resolved_ids = [self.task_receipt(c.task, c.scope, not c.scoped) if c.task is not None else c.retrieval_id
+                            for c in checked]
             # Lock what this write reads and then changes, in id order (no deadlock between writers):
             # the receipts first (one reward per receipt), then the memories whose Q moves.
-            db.lock("retrievals", {c[0] for c in checked if c[0] is not None})
+            db.lock("retrievals", {rid for rid in resolved_ids if rid is not None})
             rewarded: set[int] = set()
             resolved = []
-            for rid, ids, r, a, f, source, repeat in checked:
+            for c, rid in zip(checked, resolved_ids):
+                ids = c.memory_ids or []
                 if rid is not None:
-                    if not store.has_receipt(rid):
+                    found, scope = store.receipt_scope(rid)
+                    if not found:
                         raise MemrlError(f"unknown retrieval id {rid}")
-                    if not repeat and (rid in rewarded or store.receipt_rewarded(rid)):
+                    if c.scoped and scope != c.scope:
+                        raise MemrlError(f"retrieval {rid} was retrieved {in_scope(scope)}, not {in_scope(c.scope)}")
+                    if not c.allow_repeat and (rid in rewarded or store.receipt_rewarded(rid)):
                         raise RewardedAlready(rid)
                     rewarded.add(rid)
                     ids = store.selected_ids(rid)
-                resolved.append((rid, ids, r, a, f, source))
+                elif c.scoped:
+                    self._check_memories(ids, True, c.scope)
+                resolved.append((rid, ids, c.reward, c.alpha, c.floor, c.source))
+            store.end_tasks(sorted(rewarded), stamp)
             db.lock("memories", {mid for entry in resolved for mid in entry[1]})
+            forgotten = {int(r[0]) for r in store.rows_by_id("memories", "id, forgotten_at",
+                                                             {mid for entry in resolved for mid in entry[1]})
+                         if r[1] is not None}
             # In request order, in runs of requests whose memories are distinct (one pass each): a memory that
             # recurs starts a new run, so it moves from the Q the run before left
             runs: list[list[tuple]] = [[]]
@@ -124,8 +175,24 @@ class Ledger:
                 seen.update(ids)
                 runs[-1] += [(rid, mid, r, a, f, source) for mid in ids]
             for run in runs:
-                updates += [{"id": m, "q_before": b, "q_after": q} for m, b, q in store.apply_rewards(run, stamp)]
+                updates += [{"id": m, "q_before": b, "q_after": q, **({"forgotten": True} if m in forgotten else {})}
+                            for m, b, q in store.apply_rewards(run, stamp)]
         return updates
+
+    def _check_memories(self, memory_ids: list[int], scoped: bool, scope: str | None = None) -> None:
+        """Refuse to reward forgotten memories directly (a reward would teach nothing: they are never retrieved),
+        and, when `scoped`, memories of another scope than `scope`."""
+        if not memory_ids:
+            return
+        rows = self.db.store.rows_by_id("memories", "id, forgotten_at, replaced_by, scope", memory_ids)
+        for mid, forgotten_at, replaced_by, scope_of in rows:
+            if forgotten_at is not None:
+                raise MemrlError(f"memory {mid} " + (f"was replaced by memory {replaced_by} (memrl edit): reward that"
+                                                     if replaced_by is not None else
+                                                     "is forgotten: it is never retrieved again, so a reward would "
+                                                     "teach nothing") + "; nothing was written")
+            if scoped and scope_of != scope:
+                raise MemrlError(f"memory {mid} is {in_scope(scope_of)}, not {in_scope(scope)}")
 
     def revise(self, memory_id: int, experience: str) -> bool:
         """Replace a memory's experience text in place (MemP's adjustment rule); intent, vector and Q stay.

@@ -53,16 +53,19 @@ class MemoryBank:
     - PostgreSQL: `auto` (the bank's HNSW index if it has one, else exact), `exact`
       (pgvector scan), or `hnsw` (pgvector HNSW, approximate; built if missing).
 
+    `busy_timeout` is how many seconds a statement waits for another writer's lock before failing with
+    `BankBusyError` (default: 30 s on SQLite; the server's `lock_timeout` on PostgreSQL).
+
     Values read on every retrieve are cached until the bank changes (`memrl_cli.bank.connection`).
     """
 
     def __init__(self, path: str | os.PathLike[str], embedder: str | None = None, *, index: str = "auto",
-                 readonly: bool = False, create: bool = True) -> None:
+                 readonly: bool = False, create: bool = True, busy_timeout: float | None = None) -> None:
         location = os.fspath(path)
         if index not in INDEX_NAMES:
             raise MemrlError(f"index must be one of {', '.join(INDEX_NAMES)}, got {index!r}")
         self.readonly = readonly
-        self.store: Store = open_store(location, readonly=readonly, create=create)
+        self.store: Store = open_store(location, readonly=readonly, create=create, busy_timeout=busy_timeout)
         self.path = self.store.location
         self.conn = self.store.conn
         self.warnings: list[str] = list(self.store.warnings)
@@ -75,9 +78,10 @@ class MemoryBank:
             self._vectors = BankVectors(self._db, embedder)
             self._index = SearchIndex(self._db, index, self.warnings)
             self._calibration = Calibration(self._db)
-            self._writer = MemoryWriter(self._db, self._vectors, self._index, self._calibration)
-            self._retriever = Retriever(self._db, self._vectors, self._index, self._calibration)
             self._ledger = Ledger(self._db)
+            self._writer = MemoryWriter(self._db, self._vectors, self._index, self._calibration,
+                                        self._ledger.reward_range)
+            self._retriever = Retriever(self._db, self._vectors, self._index, self._calibration)
             recorded = self.meta("embedder")
             if recorded and embedder and recorded["spec"] != embedder:
                 raise MemrlError(f"this bank was made with embedder {recorded['spec']!r}, not {embedder!r}; "
@@ -214,32 +218,46 @@ class MemoryBank:
     # -- retrieve -----------------------------------------------------------------
 
     def retrieve(self, query: str, params: RetrieveParams | None = None, *, vector: list[float] | None = None,
-                 record: bool = True) -> Retrieval:
-        """Both phases; with `record`, the receipt is stored and its id returned for `reward`."""
-        return self._retriever.retrieve(query, params, vector, record)
+                 record: bool = True, task_id: str | None = None, scope: str | None = None) -> Retrieval:
+        """Both phases; with `record`, the receipt is stored and its id returned for `reward`. The receipt keeps
+        `task_id` (the caller's id for the task: `reward(task=...)` finds it) and `scope` (whom the task belongs
+        to); neither filters what is retrieved (`params.scopes` does)."""
+        return self._retriever.retrieve(query, params, vector, record, task_id, scope)
 
     def record(self, retrieval: Retrieval) -> int:
         """Store the receipt of a retrieval made with `record=False` (e.g. once the reply it fed has
         arrived), exactly as `retrieve` would have; set and return its id."""
         return self._retriever.record(retrieval)
 
+    def recorded(self, retrieval_id: int) -> Retrieval:
+        """A stored receipt read back, with the memories it selected as they are now (forgotten ones left out)."""
+        return self._retriever.recorded(retrieval_id)
+
     # -- reward -------------------------------------------------------------------
 
     def reward(self, reward: float, *, retrieval_id: int | None = None, memory_ids: Iterable[int] | None = None,
-               alpha: float = DEFAULT_ALPHA, floor: float | None = None, source: str | None = None,
-               allow_repeat: bool = False) -> list[dict[str, Any]]:
-        """Apply Q ← Q + α(R − Q) to the memories a receipt selected (or to given ids), atomically.
+               task: str | None = None, alpha: float = DEFAULT_ALPHA, floor: float | None = None,
+               source: str | None = None, allow_repeat: bool = False) -> list[dict[str, Any]]:
+        """Apply Q ← Q + α(R − Q) to the memories a receipt selected (or to given ids, or those the newest receipt
+        of a task id selected), atomically.
 
         The reward must lie in the bank's `reward_range()` ([-1, 1] by default); a second reward for
         the same receipt is refused unless `allow_repeat`. Either refusal writes nothing.
         Returns [{"id", "q_before", "q_after"}] in the order applied.
         """
-        return self._ledger.reward_many([{"reward": reward, "retrieval_id": retrieval_id, "memory_ids": memory_ids, "alpha":
-                                          alpha, "floor": floor, "source": source, "allow_repeat": allow_repeat}])
+        return self._ledger.reward_many([{"reward": reward, "retrieval_id": retrieval_id, "memory_ids": memory_ids,
+                                          "task": task, "alpha": alpha, "floor": floor, "source": source,
+                                          "allow_repeat": allow_repeat}])
 
     def reward_many(self, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several rewards in one transaction (all or none); same fields as `reward`."""
+        """Several rewards in one transaction (all or none); same fields as `reward`, or `task` (a task id: its
+        newest receipt) instead of `retrieval_id`, and `scope` (the request acts in that scope alone; see
+        `Ledger.reward_many`)."""
         return self._ledger.reward_many(requests)
+
+    def task_receipt(self, task_id: str, scope: str | None = None, any_scope: bool = True) -> int:
+        """The receipt a task id names (its newest), in `scope` or, with `any_scope`, the one scope it has."""
+        return self._ledger.task_receipt(task_id, scope, any_scope)
 
     def reward_range(self) -> tuple[float, float]:
         """The rewards this bank accepts, (min, max) inclusive: [-1, 1] unless set with `set_reward_range`."""

@@ -22,6 +22,7 @@ MAX_TEXT_BYTES = 1_000_000
 MEMORY_COLUMNS = ("intent", "experience", "outcome", "task_id", "source", "q", "q_init", "visits", "created_at",
                   "updated_at", "last_used_at", "metadata", "content_hash", "scope", "embedding")  # the vector last
 MAX_SCOPE_CHARS = 200
+MAX_TASK_ID = 1000
 Progress = Callable[[int], None]
 
 
@@ -66,6 +67,16 @@ def check_scope(value: Any, where: str = "") -> str | None:
     if any(c in value for c in "*?[\x00"):
         raise MemrlError(f"{where}scope {value!r} contains a pattern character (*, ? or [): those are for "
                          "retrieving, e.g. --scope 'team:*'")
+    return value
+
+
+def check_task_id(value: Any, where: str = "") -> str | None:
+    """A caller's id for a task (what a receipt keeps, to reward it by task): None, or a non-blank text of
+    at most MAX_TASK_ID characters without NUL bytes."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TASK_ID or "\x00" in value:
+        raise MemrlError(f"{where}task id must be a non-empty string of at most {MAX_TASK_ID} characters")
     return value
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,9 @@ from memrl_cli.bank.calibration import Calibration
 from memrl_cli.bank.connection import BankConnection
 from memrl_cli.errors import MemrlError
 from memrl_cli.bank.search_index import SearchIndex
-from memrl_cli.bank.records import check_text, now
+from memrl_cli.bank.records import check_scope, check_task_id, check_text, now
 from memrl_cli.method.retrieval import (SAME_INTENT, Candidate, RetrieveParams, conditioned_utility, phase_b,
-                                transfer_record, zscore_stats)
+                                        transfer_record, zscore_stats)
 from memrl_cli.bank.vectors import BankVectors
 
 
@@ -35,10 +35,15 @@ class Retrieval:
     params: RetrieveParams
     sim_stats: tuple[float, float] = (0.0, 1.0)  # the (mean, std) z(sim) used, as a receipt records them
     query_vector: np.ndarray | None = None  # stored with the receipt when there were candidates
+    task_id: str | None = None  # the caller's id for the task it was retrieved for (the receipt keeps it)
+    scope: str | None = None  # whom the task belongs to (`user:alice`; the receipt keeps it)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of `memrl retrieve --json`."""
         return {"retrieval_id": self.id, "query": self.query, "memories": self.memories}
+
+
+FIELDS = {f.name for f in fields(RetrieveParams)}  # a receipt's params that RetrieveParams takes back
 
 
 def _selected(candidates: list[Candidate]) -> list[Candidate]:
@@ -56,13 +61,15 @@ class Retriever:
         self.calibration = calibration
 
     def retrieve(self, query: str, params: RetrieveParams | None, vector: list[float] | None,
-                 record: bool) -> Retrieval:
-        """Both phases; with `record`, the receipt is stored and its id returned for `reward`."""
+                 record: bool, task_id: str | None = None, scope: str | None = None) -> Retrieval:
+        """Both phases; with `record`, the receipt is stored and its id returned for `reward`. The receipt
+        keeps `task_id` and `scope` (what the caller calls the task, whom it belongs to), to reward it by task."""
+        task_id, scope = check_task_id(task_id), check_scope(scope)
         with self.db.one_version():
-            return self._retrieve(query, params, vector, record)
+            return self._retrieve(query, params, vector, record, task_id, scope)
 
     def _retrieve(self, query: str, params: RetrieveParams | None, vector: list[float] | None,
-                  record: bool) -> Retrieval:
+                  record: bool, task_id: str | None, scope: str | None) -> Retrieval:
         params = params or RetrieveParams()
         query = check_text(query, "query", "")
         candidates: list[Candidate] = []
@@ -90,10 +97,11 @@ class Retriever:
         memories = [{"id": c.memory_id, "intent": rows[c.memory_id][2], "experience": rows[c.memory_id][3],
                      "outcome": rows[c.memory_id][4], "similarity": c.similarity, "q": c.q, "score": c.score}
                     for c in selected]
-        retrieval_id = self.write_receipt(query, params, sim_stats or (0.0, 1.0), candidates, selected, explored, cache,
-                                          query_vec if candidates else None) if record else None
-        return Retrieval(retrieval_id, query, memories, candidates, explored, params, sim_stats or (0.0, 1.0),
-                         query_vec if candidates else None)
+        retrieval = Retrieval(None, query, memories, candidates, explored, params, sim_stats or (0.0, 1.0),
+                              query_vec if candidates else None, task_id, scope)
+        if record:
+            retrieval.id = self.write_receipt(retrieval, cache)
+        return retrieval
 
     def sim_stats(self, params: RetrieveParams) -> tuple[float, float] | None:
         """z(sim)'s fixed (mean, std): the call's constants, else with the `sim_stats="bank"` switch the bank's
@@ -107,10 +115,21 @@ class Retriever:
         set and return its id."""
         if retrieval.id is not None:
             raise MemrlError(f"retrieval {retrieval.id} is already recorded")
-        retrieval.id = self.write_receipt(retrieval.query, retrieval.params, retrieval.sim_stats,
-                                          retrieval.candidates, _selected(retrieval.candidates), retrieval.explored,
-                                          query_vec=retrieval.query_vector)
+        retrieval.id = self.write_receipt(retrieval)
         return retrieval.id
+
+    def recorded(self, retrieval_id: int) -> Retrieval:
+        """A stored receipt read back: its query, task and parameters, and the memories it selected (best first)
+        with their texts as they are now (a memory forgotten since is left out)."""
+        receipt = self.db.store.receipt(retrieval_id)
+        if receipt is None:
+            raise MemrlError(f"unknown retrieval id {retrieval_id}")
+        memories = [{"id": mid, "intent": intent, "experience": experience, "outcome": outcome, "similarity": sim,
+                     "q": q, "score": score} for mid, intent, experience, outcome, sim, q, score, forgotten
+                    in self.db.store.selected_memories(retrieval_id) if forgotten is None]
+        params = RetrieveParams(**{k: v for k, v in json.loads(receipt["params"]).items() if k in FIELDS})
+        return Retrieval(retrieval_id, receipt["query"], memories, [], bool(receipt["explored"]), params,
+                         (receipt["sim_mean"], receipt["sim_std"]), None, receipt["task_id"], receipt["scope"])
 
     def condition(self, candidates: list[Candidate], query_vec: np.ndarray) -> None:
         """`memrl-conditioned`: set each candidate's query-conditioned utility from its rewarded past
@@ -129,11 +148,10 @@ class Retriever:
             c.utility = conditioned_utility(past[c.memory_id], c.transfer if elsewhere_here else 0.0) \
                 if past[c.memory_id] else None
 
-    def write_receipt(self, query: str, params: RetrieveParams, sim_stats: tuple[float, float],
-                      candidates: list[Candidate], selected: list[Candidate], explored: bool,
-                      cache: tuple[str, np.ndarray] | None = None, query_vec: np.ndarray | None = None) -> int:
-        """Store a retrieval's receipt (its candidates with their scores; the selected ones' last use),
-        and the query's vector in the query cache when `cache` gives its key; the receipt's id."""
+    def write_receipt(self, retrieval: Retrieval, cache: tuple[str, np.ndarray] | None = None) -> int:
+        """Store a retrieval's receipt (its candidates with their scores; the selected ones' last use; its task id
+        and scope), and the query's vector in the query cache when `cache` gives its key; the receipt's id."""
+        candidates, selected, query_vec = retrieval.candidates, _selected(retrieval.candidates), retrieval.query_vector
         stamp = now()
         with self.db.transaction():
             # The candidates' foreign keys lock their memories (and the selected ones' last_used_at
@@ -142,8 +160,10 @@ class Retriever:
             if cache is not None:
                 self.vectors.cache_query(cache[0], cache[1], stamp)
             store = self.db.store
-            rid = store.insert_receipt(query, json.dumps(params.to_dict()), sim_stats[0], sim_stats[1], explored, stamp,
-                                       None if query_vec is None else query_vec.astype(np.float32).tobytes())
+            rid = store.insert_receipt(retrieval.query, json.dumps(retrieval.params.to_dict()), retrieval.sim_stats[0],
+                                       retrieval.sim_stats[1], retrieval.explored, stamp,
+                                       None if query_vec is None else query_vec.astype(np.float32).tobytes(),
+                                       retrieval.task_id, retrieval.scope)
             store.insert_candidates([(rid, c.memory_id, rank, c.similarity, c.q, c.z_sim, c.z_q, c.score, c.selected_rank)
                                      for rank, c in enumerate(candidates)])
             store.mark_used(sorted(c.memory_id for c in selected), stamp)

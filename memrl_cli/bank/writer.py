@@ -7,7 +7,7 @@ engine and refreshes the similarity statistics when the bank has grown (`Calibra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -18,16 +18,19 @@ from memrl_cli.errors import MemrlError
 from memrl_cli.bank.search_index import SearchIndex
 from memrl_cli.bank.records import MEMORY_COLUMNS, IngestResult, MemoryInput, Progress, content_hash, memory_row, now
 from memrl_cli.bank.vectors import BankVectors
+from memrl_cli.method.learning import REWARD_RANGE, number
 
 
 class MemoryWriter:
     """Adds memories to one bank: `ingest_many`, or `begin` … `insert` … `end` inside a caller's write."""
 
-    def __init__(self, db: BankConnection, vectors: BankVectors, index: SearchIndex, calibration: Calibration) -> None:
+    def __init__(self, db: BankConnection, vectors: BankVectors, index: SearchIndex, calibration: Calibration,
+                 reward_range: Callable[[], tuple[float, float]] = lambda: REWARD_RANGE) -> None:
         self.db = db
         self.vectors = vectors
         self.index = index
         self.calibration = calibration
+        self.reward_range = reward_range  # an initial Q must lie in it: Q moves toward the rewards
         self._inserted: list[tuple[int, Any]] = []  # (id, encoded vector) of the write's new memories
 
     def ingest_many(self, records: Iterable[MemoryInput | dict[str, Any]],
@@ -37,6 +40,13 @@ class MemoryWriter:
                  for i, r in enumerate(records)]
         if not items:
             return []
+        low, high = self.reward_range()
+        for i, item in enumerate(items):
+            if not low <= item.q <= high:
+                where = f"record {i + 1}: " if len(items) > 1 else ""
+                raise MemrlError(f"{where}q {number(item.q)} is outside the bank's reward range [{number(low)}, "
+                                 f"{number(high)}]: Q moves toward the rewards, so it starts among them (`memrl "
+                                 "config reward_range` widens the range)")
         vectors = self.vectors.vectors_for([m.intent for m in items], [m.vector for m in items], progress)
         stamp = now()
         results: list[IngestResult] = []

@@ -67,14 +67,15 @@ DEPARTURES = {"recall": "memories", "member_similarity": False, "sim_stats": "ca
               "selector": "memrl"}
 FILTER_COLUMNS = ("source", "scope")  # the memory columns retrieval filters on, by shell-style patterns
 # Retrieval's filters: (column, patterns) pairs; a memory passes when, for each pair with patterns, its
-# column matches one of them (`Store.matches`).
-Filters = tuple[tuple[str, tuple[str, ...]], ...]
+# column matches one of them (`Store.matches`; the pattern None matches no value: a memory without a scope).
+Filters = tuple[tuple[str, tuple[str | None, ...]], ...]
 
 
-def patterns(value: Any, name: str) -> tuple[str, ...]:
-    """A tuple of non-empty pattern strings (one string is one pattern); a MemrlError otherwise."""
+def patterns(value: Any, name: str, none: bool = False) -> tuple[Any, ...]:
+    """A tuple of non-empty pattern strings (one string is one pattern), and with `none` the pattern None
+    (no value); a MemrlError otherwise."""
     found = (value,) if isinstance(value, str) else value or ()
-    if not isinstance(found, (list, tuple)) or not all(isinstance(p, str) and p for p in found):
+    if not isinstance(found, (list, tuple)) or not all(isinstance(p, str) and p or none and p is None for p in found):
         raise MemrlError(f"{name} must be non-empty {name[:-1]} patterns, got {value!r}")
     return tuple(found)
 
@@ -99,11 +100,12 @@ class RetrieveParams:
     sim_stats: str = "candidates"
     selector: str = "memrl"
     sources: tuple[str, ...] = ()  # only memories from a source matching one of these patterns (`*`, `?`)
-    scopes: tuple[str, ...] = ()  # only memories whose scope matches one of these patterns (`user:alice`, `team:*`)
+    # Only memories whose scope matches one of these patterns (`user:alice`, `team:*`; None: no scope).
+    scopes: tuple[str | None, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", patterns(self.sources, "sources"))
-        object.__setattr__(self, "scopes", patterns(self.scopes, "scopes"))
+        object.__setattr__(self, "scopes", patterns(self.scopes, "scopes", none=True))
         for setting, chosen, choices in (("recall", self.recall, RECALLS), ("sim_stats", self.sim_stats, SIM_STATS),
                                          ("selector", self.selector, SELECTORS)):
             if chosen not in choices:

@@ -4,6 +4,7 @@ why a retrieval chose what it chose, and a full consistency check (`verify`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,12 +19,12 @@ def _memory(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def top_q(bank: MemoryBank, n: int = 10) -> list[dict[str, Any]]:
+def top_q(bank: MemoryBank, n: int = 10, scopes: Sequence[str | None] = ()) -> list[dict[str, Any]]:
     """The `n` memories with the highest Q (ties: most visited, then oldest), quarantined ones
-    included (`quarantined_at` set)."""
+    included (`quarantined_at` set); with `scopes`, only those whose scope matches one (None: no scope)."""
     if n < 1:
         raise MemrlError(f"--top-q takes a positive number, got {n}")
-    return [_memory(r) for r in bank.store.top_memories(n)]
+    return [_memory(r) for r in bank.store.top_memories(n, scopes)]
 
 
 def with_ledger(bank: MemoryBank, memory_id: int) -> dict[str, Any]:

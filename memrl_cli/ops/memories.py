@@ -1,11 +1,15 @@
 """The everyday operations over a bank: list and filter memories, forget one, edit one, a memory's
 history of versions and rewards, and the log of recent retrievals (receipts) with their reward state.
 
-Forgetting is a tombstone, not a delete: the row stays with its Q, its ledger and the receipts it
-appeared in, so Q is still the replay of the ledger (`inspect --verify`), an old receipt still
-explains what it selected, and a late reward for it still lands somewhere consistent. A forgotten
-memory is never retrieved (not even as a candidate), is left out of `memrl memories` and of exports,
-and its content no longer counts as stored: ingesting the same text again makes a new memory.
+Forgetting erases a memory's content but keeps its bookkeeping: its texts, metadata and vector are erased
+(the vector becomes the zero vector and leaves the engine's index), and those of the earlier versions
+`memrl edit` replaced with it, while the row keeps its id, Q, outcome, source, scope, its ledger and the receipts it appeared
+in, so Q is still the replay of the ledger (`inspect --verify`), an old receipt still says what it
+selected, and a late reward for it still lands somewhere consistent. A forgotten memory is never
+retrieved (not even as a candidate), is left out of `memrl memories` and of exports, and its content
+no longer counts as stored: ingesting the same text again makes a new memory. The erased bytes may
+linger in the file's free pages until it is compacted: `forget(..., vacuum=True)` (`memrl forget
+--vacuum`) does that (SQLite's VACUUM; on PostgreSQL, VACUUM FULL of the tables that held them).
 
 An edit writes the memory's next version: a new memory (a new id) with the changed texts and the
 unchanged rest (task, source, scope, metadata), its Q and visits carried over (its initial Q is the
@@ -40,7 +44,8 @@ def list_memories(bank: MemoryBank, *, outcomes: Sequence[str] = (), sources: Se
                   limit: int = 50) -> list[dict[str, Any]]:
     """The memories that pass every filter given, at most `limit`, in `order` (newest, oldest, q: highest
     first, visits: most first): `outcomes` (any of), `sources`/`scopes` (shell-style patterns, any of),
-    Q in [`q_min`, `q_max`], `text` (a case-insensitive substring of the intent or the experience).
+    Q in [`q_min`, `q_max`], `text` (a case-insensitive substring of the intent or the experience; "" is in
+    every text, as no `text`).
     Forgotten memories are left out, or with `forgotten` listed alone."""
     bad = [o for o in outcomes if o not in OUTCOMES]
     if bad:
@@ -58,22 +63,42 @@ def list_memories(bank: MemoryBank, *, outcomes: Sequence[str] = (), sources: Se
         if value:
             conditions.append((name, patterns(value, name + "s")))
     conditions += [(name, float(value)) for name, value in (("q_min", q_min), ("q_max", q_max)) if value is not None]
-    if text is not None:
-        conditions.append(("text", check_text(text, "text", "")))
+    if text:
+        conditions.append(("text", check_text(text, "--text", "")))
     with bank.snapshot():
         return bank.store.find_memories(conditions, order, limit)
 
 
-def forget(bank: MemoryBank, ids: Iterable[int]) -> dict[str, list[int]]:
-    """Forget memories, atomically (a tombstone: see the module's docstring). Returns {"forgotten": ids
-    forgotten now, "unchanged": ids that already were}; an unknown id refuses the whole call."""
+def forget(bank: MemoryBank, ids: Iterable[int], vacuum: bool = False) -> dict[str, Any]:
+    """Forget memories, atomically, erasing their content and that of their earlier and later versions (see
+    the module's docstring), and of the versions `memrl edit` replaced with them; with `vacuum`, then compact the bank so that the file no longer holds the erased
+    bytes. Returns {"forgotten": ids forgotten or erased now, "unchanged": ids that already were, "erased":
+    every id whose content was erased now, earlier versions included, "vacuumed"}; an unknown id refuses the whole call."""
     wanted = memory_ids(ids)
     stamp = now()
     with bank.transaction():
         rows = locked_memories(bank, wanted, "forgotten_at, content_hash")
-        changed = [i for i in wanted if rows[i][0] is None]
-        bank.store.forget_memories([(i, _tombstone_hash(i, rows[i][1]), None) for i in changed], stamp)
-    return {"forgotten": changed, "unchanged": [i for i in wanted if i not in changed]}
+        versions = sorted({v for mid in wanted for v in _earlier(bank, mid)})
+        state = locked_memories(bank, versions, "forgotten_at, content_hash")
+        marked = [i for i in wanted if rows[i][0] is None]
+        bank.store.forget_memories([(i, _tombstone_hash(i, rows[i][1]), None) for i in marked], stamp)
+        erased = [v for v in versions if not str(state[v][1]).startswith("erased:")]
+        if erased:
+            dim = bank.dim or 1
+            bank.store.erase_memories(erased, bank.store.encode(np.zeros(dim, dtype=np.float32)))
+    changed = [i for i in wanted if i in marked or i in erased]
+    if vacuum:
+        bank.store.vacuum()
+    return {"forgotten": changed, "unchanged": [i for i in wanted if i not in changed], "erased": erased,
+            "vacuumed": vacuum}
+
+
+def _earlier(bank: MemoryBank, memory_id: int) -> list[int]:
+    """A memory and the versions `memrl edit` replaced with it, one after the other (all forgotten already)."""
+    chain = [memory_id]
+    while (before := bank.store.version_links(chain[-1])[0]) is not None and before not in chain:
+        chain.append(before)
+    return chain
 
 
 def _tombstone_hash(memory_id: int, digest: str) -> str:
@@ -165,8 +190,8 @@ def history(bank: MemoryBank, memory_id: int) -> dict[str, Any]:
 
 
 def receipts(bank: MemoryBank, count: int = 10, unrewarded: bool = False) -> list[dict[str, Any]]:
-    """The newest `count` retrievals (receipts), newest first: {"id", "query", "created_at", "explored",
-    "memories": the ids it selected, "rewarded", "reward": the latest reward or None, "rewarded_at"}.
+    """The newest `count` retrievals (receipts), newest first: {"id", "task_id", "scope", "query", "created_at",
+    "explored", "memories": the ids it selected, "rewarded", "reward": the latest reward or None, "rewarded_at"}.
     With `unrewarded`, only those that selected memories and were not rewarded yet."""
     if not (isinstance(count, int) and 1 <= count <= MAX_LIST):
         raise MemrlError(f"count must be an integer in [1, {MAX_LIST}], got {count!r}")
@@ -184,10 +209,25 @@ def receipts(bank: MemoryBank, count: int = 10, unrewarded: bool = False) -> lis
     return rows
 
 
-def last_unrewarded(bank: MemoryBank) -> int:
-    """The id of the newest retrieval that selected memories and was not rewarded yet (`reward --last`)."""
-    found = receipts(bank, 1, unrewarded=True)
+def newest_receipt(bank: MemoryBank, allow_repeat: bool = False) -> dict[str, Any]:
+    """The newest retrieval (`reward --last`), as `receipts` lists it; refused in one line when there is none,
+    when it selected no memories, and (unless `allow_repeat`) when it was rewarded already."""
+    found = receipts(bank, 1)
     if not found:
-        raise MemrlError("no retrieval is waiting for a reward (every receipt that selected memories was "
-                         "rewarded); see `memrl log`")
-    return int(found[0]["id"])
+        raise MemrlError("no retrieval yet: nothing to reward")
+    receipt = found[0]
+    if not receipt["memories"]:
+        raise MemrlError(f"the newest receipt is {describe_receipt(receipt)}: it selected no memories, so there is "
+                         "nothing to reward; nothing was written (see `memrl log`)")
+    if receipt["rewarded"] and not allow_repeat:
+        raise MemrlError(f"the newest receipt is {describe_receipt(receipt)}: it was already rewarded; nothing was "
+                         "written (reward another with --retrieval N or --task ID; see `memrl log`)")
+    return receipt
+
+
+def describe_receipt(receipt: dict[str, Any], chars: int = 60) -> str:
+    """`retrieval 7 (task ticket-1: "heat an egg in the…")`: a receipt named for people."""
+    query = " ".join(str(receipt["query"]).split())
+    start = query if len(query) <= chars else query[:chars - 1].rstrip() + "…"
+    task = f"task {receipt['task_id']}: " if receipt.get("task_id") is not None else ""
+    return f"retrieval {receipt['id']} ({task}{json.dumps(start, ensure_ascii=False)})"

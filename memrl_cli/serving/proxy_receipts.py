@@ -2,8 +2,11 @@
 
 - A JSON answer (a chat completion, a Responses API `response`): `"memrl": {"retrieval_id": N}` spliced
   in as the first member; every other byte as the upstream sent it (`model_extra["memrl"]` in the SDK).
-- A streamed chat completion: one more chunk before `data: [DONE]` (or at the end), with no choices and
-  the `memrl` member (like the usage chunk of `stream_options.include_usage`, which clients skip).
+- A streamed chat completion: the same member spliced into chunks clients read anyway, never a chunk of
+  its own: the first chunk (whence `chat.completions.stream()`'s final completion has it), every chunk
+  that carries a `finish_reason` (the last chunk with choices), and, when the client asked for
+  `stream_options.include_usage`, the usage chunk. So every chunk without choices is one the client asked
+  for, and `for chunk in stream: chunk.choices[0]...` works as against the upstream.
 - A streamed response: the `memrl` member in the `response` object of `response.completed` (also
   `response.incomplete` and `response.failed`), the event the SDK's `get_final_response()` returns.
 
@@ -13,8 +16,8 @@ Every other event is passed on unchanged, as soon as it is complete.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 FINAL_EVENTS = (b"response.completed", b"response.incomplete", b"response.failed")
 
@@ -51,6 +54,15 @@ def _end(buffer: bytes) -> tuple[int, int]:
     return at, at + size
 
 
+FINISH = re.compile(rb'"finish_reason"\s*:\s*(null|")')  # a choice's finish_reason: null, or a string
+NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+
+
+def finishes(data: bytes) -> bool:
+    """Whether a chat chunk's JSON carries a choice with a (non-null) finish_reason."""
+    return any(m.group(1) == b'"' for m in FINISH.finditer(data))
+
+
 class ReceiptStream:
     """An upstream's SSE answer passed on event by event, with the receipt added (see the module doc).
     `on_response_id` is told the id of a streamed response (from its first event that carries one)."""
@@ -60,14 +72,18 @@ class ReceiptStream:
         self.chunks = chunks
         self.retrieval_id = retrieval_id
         self.on_response_id = on_response_id
-        self.chunk_base: dict[str, Any] | None = None  # id, created, model of the chat chunks
-        self.added = False
+        self.chat = False  # a chat completion's chunks (known from the first event)
+        self.added = False  # a response's final event carries the receipt
         self.first = True
 
     def _event(self, event: bytes, separator: bytes) -> bytes:
         data = _data(event)
-        if data == b"[DONE]":
-            return self._final_chunk() + event + separator
+        if data == b"[DONE]" or not data:
+            return event + separator
+        if self.chat:
+            if finishes(data) or (NO_CHOICES.search(data) and b'"usage"' in data):
+                return self._spliced(event) + separator
+            return event + separator
         if self.first or (self.on_response_id is not None and b'"response"' in data[:200]) \
                 or any(kind in event[:60] or kind in data[:60] for kind in FINAL_EVENTS):
             try:
@@ -77,7 +93,8 @@ class ReceiptStream:
             if not isinstance(parsed, dict):
                 return event + separator
             if self.first and parsed.get("object") == "chat.completion.chunk":
-                self.chunk_base = {k: parsed.get(k) for k in ("id", "object", "created", "model")}
+                self.first, self.chat = False, True
+                return self._spliced(event) + separator
             self.first = False
             response = parsed.get("response")
             if isinstance(response, dict):
@@ -91,13 +108,13 @@ class ReceiptStream:
                     return b"\n".join(lines + [b"data: " + json.dumps(parsed).encode()]) + separator
         return event + separator
 
-    def _final_chunk(self) -> bytes:
-        """The chat stream's receipt chunk (once; nothing for a stream that was not a chat completion)."""
-        if self.added or self.chunk_base is None:
-            return b""
-        self.added = True
-        chunk = dict(self.chunk_base, choices=[], memrl=receipt(self.retrieval_id))
-        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    def _spliced(self, event: bytes) -> bytes:
+        """A chat chunk's event with the receipt as the first member of its JSON (its first data line)."""
+        lines = event.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(b"data:"))
+        prefix = b"data: " if lines[at].startswith(b"data: ") else b"data:"
+        lines[at] = prefix + splice_receipt(lines[at][len(prefix):], self.retrieval_id)
+        return b"\n".join(lines)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         buffer = b""
@@ -116,6 +133,3 @@ class ReceiptStream:
             yield self._event(buffer.rstrip(b"\r\n"), b"\n\n")
         elif buffer:
             yield buffer
-        tail = self._final_chunk()
-        if tail:
-            yield tail

@@ -11,6 +11,7 @@ from typing import Any
 from memrl_cli.store.views import CHUNK
 
 VISIBLE = "(quarantined_at IS NULL AND forgotten_at IS NULL)"  # a memory retrieval may return
+ERASED = "content_hash LIKE 'erased:%'"  # a memory `memrl forget` erased: no text, a zero vector, in no index
 
 
 class BankQueries:
@@ -28,8 +29,12 @@ class BankQueries:
         return int(self.conn.execute("SELECT count(*) FROM memories").fetchone()[0])
 
     def memory_ids(self) -> list[int]:
-        """Every memory's id, ascending."""
-        return [int(r[0]) for r in self.conn.execute("SELECT id FROM memories ORDER BY id")]
+        """Every memory's id but the erased ones' (which have no vector), ascending."""
+        return [int(r[0]) for r in self.conn.execute(f"SELECT id FROM memories WHERE NOT {ERASED} ORDER BY id")]
+
+    def erased_count(self) -> int:
+        """How many memories `memrl forget` erased (kept for their ledger, without text or vector)."""
+        return int(self.conn.execute(f"SELECT count(*) FROM memories WHERE {ERASED}").fetchone()[0])
 
     def memories_after(self, last_id: int) -> list[tuple[int, Any]]:
         """(id, stored vector) of the memories with an id above `last_id`, ascending: what a matrix
@@ -65,11 +70,13 @@ class BankQueries:
 
     # -- receipts ----------------------------------------------------------------------
     def insert_receipt(self, query: str, params: str, sim_mean: float | None, sim_std: float | None, explored: bool,
-                       stamp: str, query_vector: bytes | None) -> int:
-        """A new retrieval's receipt row; its id."""
+                       stamp: str, query_vector: bytes | None, task_id: str | None = None,
+                       scope: str | None = None) -> int:
+        """A new retrieval's receipt row (with the caller's task id and scope, if any); its id."""
         row = self.conn.execute("INSERT INTO retrievals (query, params, sim_mean, sim_std, explored, created_at, "
-                                "query_vector) VALUES (?,?,?,?,?,?,?) RETURNING id",
-                                (query, params, sim_mean, sim_std, int(explored), stamp, query_vector)).fetchone()
+                                "query_vector, task_id, scope) VALUES (?,?,?,?,?,?,?,?,?) RETURNING id",
+                                (query, params, sim_mean, sim_std, int(explored), stamp, query_vector, task_id,
+                                 scope)).fetchone()
         return int(row[0])
 
     def insert_candidates(self, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -90,6 +97,69 @@ class BankQueries:
         """Whether a reward of this retrieval is in the ledger."""
         return self.conn.execute("SELECT 1 FROM rewards WHERE retrieval_id = ? LIMIT 1",
                                  (retrieval_id,)).fetchone() is not None
+
+    def receipt_scope(self, retrieval_id: int) -> tuple[bool, str | None]:
+        """(whether the receipt exists, the scope it was retrieved in)."""
+        row = self.conn.execute("SELECT scope FROM retrievals WHERE id = ?", (retrieval_id,)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def task_receipts(self, task_id: str, scope: str | None, any_scope: bool) -> list[tuple[int, str | None]]:
+        """(id, scope) of the newest receipt of a task id in each scope it was retrieved in, newest first; only
+        in `scope` (None: without a scope) unless `any_scope`."""
+        where, args = "task_id = ?", [task_id]
+        if not any_scope:
+            where += " AND scope IS NULL" if scope is None else " AND scope = ?"
+            args += [] if scope is None else [scope]
+        return [(int(r[0]), r[1]) for r in self.conn.execute(
+            f"SELECT max(id), scope FROM retrievals WHERE {where} GROUP BY scope ORDER BY max(id) DESC", args)]
+
+    def selected_memories(self, retrieval_id: int) -> list[tuple[Any, ...]]:
+        """(id, intent, experience, outcome, similarity, q, score, forgotten_at) of the memories a receipt selected,
+        in selection order, with their texts as they are now."""
+        return self.conn.execute(
+            "SELECT m.id, m.intent, m.experience, m.outcome, c.similarity, c.q, c.score, m.forgotten_at "
+            "FROM retrieval_candidates c JOIN memories m ON m.id = c.memory_id WHERE c.retrieval_id = ? AND "
+            "c.selected_rank IS NOT NULL ORDER BY c.selected_rank", (retrieval_id,)).fetchall()
+
+    # -- the tasks a server keeps open (the proxy's: which receipt a task id, a conversation, a response is) -----------
+    def open_tasks(self, keys: Sequence[str], since: str) -> list[tuple[str, int, int]]:
+        """(key, retrieval_id, calls) of the tasks under these keys that are open (not ended by a reward) and
+        changed at or after `since`."""
+        if not keys:
+            return []
+        return [(r[0], int(r[1]), int(r[2])) for r in self.conn.execute(
+            f"SELECT key, retrieval_id, calls FROM tasks WHERE key IN ({','.join('?' * len(keys))}) AND ended_at IS "
+            "NULL AND updated_at >= ?", [*keys, since])]
+
+    def open_task(self, key: str, retrieval_id: int, calls: int, stamp: str) -> None:
+        """Inside a write: `key` is now the task of this receipt (a new task under an old key replaces it)."""
+        self.conn.execute("INSERT INTO tasks (key, retrieval_id, calls, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT "
+                          "(key) DO UPDATE SET retrieval_id = excluded.retrieval_id, calls = excluded.calls, "
+                          "updated_at = excluded.updated_at, ended_at = NULL", (key, retrieval_id, calls, stamp))
+
+    def touch_tasks(self, rows: Sequence[tuple[str, int, int]], stamp: str) -> None:
+        """Inside a write: for each (key, retrieval_id, calls), the task under `key` (added when missing) has had
+        a call of `calls` messages now; a key that names another receipt's task by now is left alone."""
+        self.conn.executemany(
+            "INSERT INTO tasks (key, retrieval_id, calls, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
+            "SET calls = CASE WHEN excluded.calls > tasks.calls THEN excluded.calls ELSE tasks.calls END, "
+            "updated_at = excluded.updated_at WHERE tasks.retrieval_id = excluded.retrieval_id",
+            [(key, rid, calls, stamp) for key, rid, calls in rows])
+
+    def end_tasks(self, retrieval_ids: Sequence[int], stamp: str) -> None:
+        """Inside a write: the tasks of these receipts are over (rewarded): their keys open new tasks."""
+        self.conn.executemany("UPDATE tasks SET ended_at = ? WHERE retrieval_id = ? AND ended_at IS NULL",
+                              [(stamp, rid) for rid in retrieval_ids])
+
+    def task_ended(self, retrieval_id: int) -> bool:
+        """Whether the task of this receipt is over: a reward of the receipt (or of its task) came."""
+        return self.conn.execute(
+            "SELECT 1 FROM tasks WHERE retrieval_id = ? AND ended_at IS NOT NULL UNION ALL SELECT 1 FROM rewards "
+            "WHERE retrieval_id = ? LIMIT 1", (retrieval_id, retrieval_id)).fetchone() is not None
+
+    def prune_tasks(self, before: str) -> None:
+        """Inside a write: forget the tasks unchanged since before `before` (expired)."""
+        self.conn.execute("DELETE FROM tasks WHERE updated_at < ?", (before,))
 
     def selected_ids(self, retrieval_id: int) -> list[int]:
         """The memories a retrieval selected, in selection order."""

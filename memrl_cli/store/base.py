@@ -255,6 +255,10 @@ class Store(BankQueries, BankViews, BankRepairs, RunRecords):
         raise MemrlError("`memrl backup` copies a SQLite bank; back up a PostgreSQL bank with pg_dump, or move its "
                          "memories, Q values and ledgers with `memrl export --vectors`")
 
+    def vacuum(self) -> None:
+        """Compact the bank so that its files no longer hold erased or deleted bytes (outside a transaction)."""
+        raise NotImplementedError
+
     def index_problems(self, memories: int) -> list[str]:
         """What is wrong with the engine's index of a bank of `memories` memories (`inspect --verify`)."""
         return []
@@ -307,10 +311,10 @@ class Store(BankQueries, BankViews, BankRepairs, RunRecords):
         caller reads them)."""
         raise NotImplementedError
 
-    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+    def matches(self, column: str, patterns: Sequence[str | None]) -> tuple[str, list[str]]:
         """An SQL condition (and its arguments) true where the text `column` matches one of the
         shell-style `patterns`: `*` any text, `?` one character, anything else itself, case-sensitive,
-        the whole value; NULL never matches."""
+        the whole value; NULL matches only the pattern None (no value)."""
         raise NotImplementedError
 
     def filter_condition(self, filters: Filters) -> tuple[list[str], list[str]]:
@@ -363,15 +367,18 @@ class Store(BankQueries, BankViews, BankRepairs, RunRecords):
             self.build_index(kind, dim)
 
 
-def open_store(location: str, *, readonly: bool = False, create: bool = True) -> Store:
-    """The store for a bank location: a PostgreSQL URL, else a SQLite file path."""
+def open_store(location: str, *, readonly: bool = False, create: bool = True,
+               busy_timeout: float | None = None) -> Store:
+    """The store for a bank location: a PostgreSQL URL, else a SQLite file path. `busy_timeout`: how many
+    seconds a statement waits for another writer's lock before failing with BankBusyError (default: 30 on
+    SQLite, the server's lock_timeout on PostgreSQL)."""
     if is_server_url(location):
         from memrl_cli.store.postgres import PostgresStore
 
-        return PostgresStore(location, readonly=readonly, create=create)
+        return PostgresStore(location, readonly=readonly, create=create, busy_timeout=busy_timeout)
     from memrl_cli.store.sqlite import SqliteStore
 
-    return SqliteStore(location, readonly=readonly, create=create)
+    return SqliteStore(location, readonly=readonly, create=create, busy_timeout=busy_timeout)
 
 
 SQLITE_INDEXES = ("auto", "numpy", "bit", "vec")  # `SqliteStore.indexes`

@@ -203,6 +203,36 @@ CORE_POSTGRESQL_005 = """
         CREATE INDEX quarantine_log_memory ON quarantine_log (memory_id, id);
 """
 
+CORE_SQLITE_007 = """
+        ALTER TABLE retrievals ADD COLUMN task_id TEXT;
+        ALTER TABLE retrievals ADD COLUMN scope TEXT;
+        CREATE INDEX retrievals_task ON retrievals (task_id, id) WHERE task_id IS NOT NULL;
+        CREATE TABLE tasks (
+            key TEXT PRIMARY KEY,
+            retrieval_id INTEGER NOT NULL REFERENCES retrievals (id),
+            calls INTEGER NOT NULL DEFAULT 0,
+            updated_at TEXT NOT NULL,
+            ended_at TEXT
+        );
+        CREATE INDEX tasks_retrieval ON tasks (retrieval_id);
+        CREATE INDEX tasks_age ON tasks (updated_at);
+"""
+
+CORE_POSTGRESQL_007 = """
+        ALTER TABLE retrievals ADD COLUMN task_id TEXT;
+        ALTER TABLE retrievals ADD COLUMN scope TEXT;
+        CREATE INDEX retrievals_task ON retrievals (task_id, id) WHERE task_id IS NOT NULL;
+        CREATE TABLE tasks (
+            key TEXT PRIMARY KEY,
+            retrieval_id BIGINT NOT NULL REFERENCES retrievals (id),
+            calls BIGINT NOT NULL DEFAULT 0,
+            updated_at TEXT NOT NULL,
+            ended_at TEXT
+        );
+        CREATE INDEX tasks_retrieval ON tasks (retrieval_id);
+        CREATE INDEX tasks_age ON tasks (updated_at);
+"""
+
 CORE = MigrationSet("core", (
     Migration("memories, receipts, the reward ledger and meta", CORE_SQLITE_001, CORE_POSTGRESQL_001),
     # Created the harness's run tables until they moved to its own set (RUNS): now nothing, so that a
@@ -243,8 +273,10 @@ CORE = MigrationSet("core", (
         CREATE INDEX memories_scope ON memories (scope);
         CREATE INDEX memories_replaced_by ON memories (replaced_by) WHERE replaced_by IS NOT NULL;
     """),
+    Migration("tasks: the task id and scope a receipt was retrieved for, and the tasks a server keeps open",
+              CORE_SQLITE_007, CORE_POSTGRESQL_007),
 ), tables=frozenset({"memories", "retrievals", "retrieval_candidates", "rewards", "meta", "query_cache",
-                     "quarantine_log"}))
+                     "quarantine_log", "tasks"}))
 
 RUNS_SQLITE_001 = """
         CREATE TABLE runs (

@@ -38,7 +38,8 @@ class PostgresStore(Store):
     single_statement_writes = True  # autocommit: a statement outside BEGIN is its own transaction
     begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
-    def __init__(self, url: str, *, readonly: bool = False, create: bool = True) -> None:
+    def __init__(self, url: str, *, readonly: bool = False, create: bool = True,
+                 busy_timeout: float | None = None) -> None:
         psycopg, register_vector = import_driver()
         self.errors = (psycopg.Error,)
         self._psycopg = psycopg
@@ -48,7 +49,8 @@ class PostgresStore(Store):
         self._graph: str | None = None  # graph_table(), looked up when needed
         self._seen: tuple[int] | None = None  # the change counter last read (version)
         try:
-            raw = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="memrl")
+            raw = psycopg.connect(url, autocommit=True, application_name="memrl",
+                                  connect_timeout=10 if busy_timeout is None else max(2, min(10, round(busy_timeout))))
         except psycopg.Error as exc:
             reason = " ".join(line.strip() for line in str(exc).strip().splitlines())  # the cause, then the hint
             raise MemrlError(f"cannot connect to the PostgreSQL bank {self.location}: {reason}") from None
@@ -65,6 +67,8 @@ class PostgresStore(Store):
                                         " (create one with `memrl ingest`)"))
                 self._migrate()
             register_vector(raw)
+            if busy_timeout is not None:  # a lock held longer than this fails the statement (BankBusyError)
+                raw.execute(f"SET lock_timeout = {max(1, int(busy_timeout * 1000))}")
             if readonly:
                 raw.execute("SET default_transaction_read_only = on")
             check_meta(self.conn)
@@ -253,11 +257,12 @@ class PostgresStore(Store):
 
     # -- pgvector search: exact (a scan, parallel) or HNSW (approximate) ----------------------
 
-    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+    def matches(self, column: str, patterns: Sequence[str | None]) -> tuple[str, list[str]]:
         """LIKE (case-sensitive in PostgreSQL), with `%`, `_` and `\\` made literal."""
         escaped = [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("*", "%").replace("?", "_")
-                   for p in patterns]
-        return "(" + " OR ".join(f"{column} LIKE ? ESCAPE '\\'" for _ in patterns) + ")", escaped
+                   for p in patterns if p is not None]
+        tests = [f"{column} LIKE ? ESCAPE '\\'" for _ in escaped] + [f"{column} IS NULL"] * (None in patterns)
+        return "(" + " OR ".join(tests) + ")", escaped
 
     def prepare_vectors(self, dim: int) -> None:
         self.conn.execute(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({int(dim)})")
@@ -309,9 +314,19 @@ class PostgresStore(Store):
         if self._copy_trigger() not in FIRING:
             problems.append("the trigger that copies new memories' vectors for the HNSW index is missing or disabled")
         copied = int(self.conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
+        memories -= self.erased_count()  # erased memories have no vector to index
         if copied != memories:
-            problems.append(f"the HNSW index's copy of the vectors has {copied} for {memories} memories")
+            problems.append(f"the HNSW index's copy of the vectors has {copied} for {memories} memories with a vector")
         return [f"{problem} (run `memrl doctor --index hnsw`)" for problem in problems]
+
+    def vacuum(self) -> None:
+        """VACUUM FULL of the tables that hold memories' texts and vectors: rewritten without dead rows."""
+        for table in ("memories", "memory_vectors") if self.has_table("memory_vectors") else ("memories",):
+            self.conn.execute(f"VACUUM FULL {table}")
+
+    def unindex(self, memory_ids: Sequence[int]) -> None:
+        if memory_ids and self.has_table("memory_vectors"):
+            self.conn.execute("DELETE FROM memory_vectors WHERE id = ANY(?)", (list(memory_ids),))
 
     def drop_index(self) -> None:
         self._serialise_schema_changes()

@@ -30,7 +30,8 @@ GRAPH_TRIGGER_SQL = ("CREATE TRIGGER memories_copy_vectors AFTER INSERT ON memor
                      "FOR EACH STATEMENT EXECUTE FUNCTION memrl_copy_vectors()")
 GRAPH_INDEX_SQL = (
     # after the trigger (which waits for writers in flight and holds new ones): every memory committed so far
-    "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM memories ON CONFLICT (id) DO NOTHING",
+    "INSERT INTO memory_vectors (id, embedding) SELECT id, embedding FROM memories WHERE content_hash NOT LIKE "
+    "'erased:%' ON CONFLICT (id) DO NOTHING",
     "CREATE INDEX IF NOT EXISTS memory_vectors_hnsw ON memory_vectors USING hnsw (embedding vector_cosine_ops)",
     f"DROP INDEX IF EXISTS {OLD_GRAPH}",
 )

@@ -30,6 +30,17 @@ class BankRepairs:
         self.conn.executemany("UPDATE memories SET forgotten_at = ?, content_hash = ?, replaced_by = ? WHERE id = ?",
                               [(at, digest, replaced_by, mid) for mid, digest, replaced_by in rows])
 
+    def erase_memories(self, memory_ids: Sequence[int], vector: Any) -> None:
+        """Erase memories' content: their texts and metadata emptied, their vector replaced by `vector` (the
+        engine's zero vector) and dropped from the engine's index, their content hash `erased:ID`. Id, Q, ledger,
+        receipts and marks stay."""
+        self.conn.executemany("UPDATE memories SET intent = '', experience = '', metadata = '{}', content_hash = ?, "
+                              "embedding = ? WHERE id = ?", [(f"erased:{mid}", vector, mid) for mid in memory_ids])
+        self.unindex(memory_ids)
+
+    def unindex(self, memory_ids: Sequence[int]) -> None:
+        """Inside a write: drop these memories' copies from the engine's optional index."""
+
     def log_quarantine(self, rows: Sequence[tuple[int, str, str | None, str | None, str]]) -> None:
         """Append (memory_id, action, reason, actor, created_at) rows to the quarantine log."""
         self.conn.executemany("INSERT INTO quarantine_log (memory_id, action, reason, actor, created_at) "

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from memrl_cli.errors import BankBusyError, MemrlError
+from memrl_cli.method.learning import number
 from memrl_cli.method.retrieval import SIM_RESOLUTION, Filters
 from memrl_cli.store import migrations as schema
 from memrl_cli.store import sqlite_schema
-from memrl_cli.store.bank_queries import VISIBLE
+from memrl_cli.store.bank_queries import ERASED, VISIBLE
 from memrl_cli.store.base import SQLITE_INDEXES, Store
 from memrl_cli.store.sqlite_driver import (BUSY_TIMEOUT_MS, DatabaseError, Error, MappedConnection, has_sqlite_header,
                                            connect, create_bank_file, driver, load_vec, refuse_foreign_file, scratch)
@@ -30,9 +31,11 @@ class SqliteStore(Store):
     indexes = SQLITE_INDEXES
     errors = (Error,)
 
-    def __init__(self, path: str, *, readonly: bool = False, create: bool = True) -> None:
+    def __init__(self, path: str, *, readonly: bool = False, create: bool = True,
+                 busy_timeout: float | None = None) -> None:
         self.location = self.path = path
         self.readonly = readonly
+        self.busy_ms = BUSY_TIMEOUT_MS if busy_timeout is None else max(1, int(busy_timeout * 1000))
         exists = os.path.exists(path)
         if not exists and (readonly or not create):
             raise MemrlError(f"no bank at {path} (create one with `memrl ingest`)")
@@ -48,7 +51,7 @@ class SqliteStore(Store):
         try:
             if not exists:
                 create_bank_file(path)
-            self.conn = MappedConnection(connect(path, readonly=readonly), self.error)
+            self.conn = MappedConnection(connect(path, readonly=readonly, busy_ms=self.busy_ms), self.error)
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             self.warnings += sqlite_schema.check_trusted(self.conn, scratch, path)
             if not readonly:
@@ -124,10 +127,16 @@ class SqliteStore(Store):
             raise MemrlError(f"{self.path} is damaged, not a valid memrl bank ({problems[0]}); no backup written: "
                              "restore it from an earlier `memrl backup` copy")
 
+    def vacuum(self) -> None:
+        """The WAL emptied into the file, the file rebuilt without free pages (VACUUM), the WAL emptied again."""
+        for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"):
+            self.conn.execute(statement).fetchall()
+
     def index_problems(self, memories: int) -> list[str]:
         info = self.index_info()
+        memories -= self.erased_count()  # erased memories have no vector to index
         if info["kind"] == "vec" and info.get("indexed") is not None and info["indexed"] != memories:
-            return [f"the sqlite-vec index has {info['indexed']} vectors for {memories} memories "
+            return [f"the sqlite-vec index has {info['indexed']} vectors for {memories} memories with a vector "
                     "(run `memrl doctor --rebuild-index`)"]
         return []
 
@@ -142,7 +151,7 @@ class SqliteStore(Store):
         message, path = str(exc), self.path
         if "locked" in message or "busy" in message:
             return BankBusyError(f"the bank {path} stayed locked by another writer for "
-                                 f"{BUSY_TIMEOUT_MS // 1000} s; try again")
+                                 f"{number(round(self.busy_ms / 1000, 3))} s; try again")
         if "readonly" in message or "read-only" in message:
             return MemrlError(f"cannot write to {path}: the file or its directory is read-only")
         if "disk is full" in message or "disk I/O" in message:
@@ -205,6 +214,12 @@ class SqliteStore(Store):
                 info["indexed"] = self.indexed() if self.vec.loaded else None
         return info
 
+    def unindex(self, memory_ids: Sequence[int]) -> None:
+        if self.index_ready():
+            self.conn.executemany("DELETE FROM memory_index WHERE memory_id = ?", [(mid,) for mid in memory_ids])
+        elif memory_ids and self._index_state() == "ok":
+            self.set_meta("index", {**(self.meta("index") or {}), "state": "stale"})
+
     def indexed(self) -> int:
         """Vectors in the sqlite-vec index."""
         return int(self.conn.execute("SELECT count(*) FROM memory_index").fetchone()[0])
@@ -226,7 +241,8 @@ class SqliteStore(Store):
             raise MemrlError(f"cannot build the sqlite-vec index: {self.vec.reason}")
         self.conn.execute("DROP TABLE IF EXISTS memory_index")
         self.conn.execute(sqlite_schema.index_ddl(dim))
-        self.conn.execute("INSERT INTO memory_index (memory_id, embedding) SELECT id, embedding FROM memories")
+        self.conn.execute(f"INSERT INTO memory_index (memory_id, embedding) SELECT id, embedding FROM memories "
+                          f"WHERE NOT {ERASED}")
         self.set_meta("index", {"state": "ok", "dim": dim})
         self._index_ignored = False
 
@@ -268,9 +284,11 @@ class SqliteStore(Store):
             keep = keep[sims[keep] >= np.float64(threshold) - SIM_RESOLUTION]
         return ids[keep], sims[keep], None
 
-    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+    def matches(self, column: str, patterns: Sequence[str | None]) -> tuple[str, list[str]]:
         """GLOB, with `[` made literal (`[[]`)."""
-        return "(" + " OR ".join(f"{column} GLOB ?" for _ in patterns) + ")", [p.replace("[", "[[]") for p in patterns]
+        given = [p for p in patterns if p is not None]
+        tests = [f"{column} GLOB ?" for _ in given] + [f"{column} IS NULL"] * (None in patterns)
+        return "(" + " OR ".join(tests) + ")", [p.replace("[", "[[]") for p in given]
 
     # -- the bank's `index=` choices (Store) ----------------------------------------------
 

@@ -90,16 +90,16 @@ def load_vec(conn: Any) -> VecStatus:
     return VecStatus(True)
 
 
-def connect(path: str, *, readonly: bool = False) -> Any:
-    """A connection with the bank's settings: WAL, busy timeout, foreign keys, no untrusted SQL.
+def connect(path: str, *, readonly: bool = False, busy_ms: int = BUSY_TIMEOUT_MS) -> Any:
+    """A connection with the bank's settings: WAL, busy timeout (`busy_ms`), foreign keys, no untrusted SQL.
 
     Transactions are explicit (`isolation_level=None`): the bank opens `BEGIN IMMEDIATE`
     for every write so that concurrent writers queue on the busy timeout instead of failing.
     """
     uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
-    conn = driver.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
+    conn = driver.connect(uri, uri=True, isolation_level=None, timeout=busy_ms / 1000,
                           check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
     # A bank from another machine may carry views or triggers with functions in them:
     # never run SQL functions from the schema with side effects.
     conn.execute("PRAGMA trusted_schema = OFF")

@@ -20,7 +20,7 @@ CHUNK = 500  # ids per `IN (…)` list
 LISTED_FIELDS = ("id", "outcome", "q", "visits", "scope", "source", "task_id", "intent", "experience", "created_at",
                  "quarantined_at", "forgotten_at", "replaced_by")
 MEMORY_ORDERS = {"newest": "id DESC", "oldest": "id", "q": "q DESC, id DESC", "visits": "visits DESC, id DESC"}
-RECEIPT_FIELDS = ("id", "query", "created_at", "explored")
+RECEIPT_FIELDS = ("id", "task_id", "scope", "query", "created_at", "explored")
 
 
 def dict_rows(cursor: Any) -> list[dict[str, Any]]:
@@ -34,15 +34,18 @@ class BankViews:
 
     conn: Any
 
-    def matches(self, column: str, patterns: Sequence[str]) -> tuple[str, list[str]]:
+    def matches(self, column: str, patterns: Sequence[str | None]) -> tuple[str, list[str]]:
         raise NotImplementedError
 
     # -- memories ------------------------------------------------------------------
 
-    def top_memories(self, n: int) -> list[dict[str, Any]]:
-        """The `n` memories with the highest Q (ties: most visited, then oldest), every field."""
+    def top_memories(self, n: int, scopes: Sequence[str | None] = ()) -> list[dict[str, Any]]:
+        """The `n` memories with the highest Q (ties: most visited, then oldest), every field; with `scopes`,
+        only those whose scope matches one (`matches`)."""
+        where, args = self.matches("scope", scopes) if scopes else ("", [])
         return dict_rows(self.conn.execute(f"SELECT {', '.join(MEMORY_FIELDS)} FROM memories "
-                                           "ORDER BY q DESC, visits DESC, id LIMIT ?", (n,)))
+                                           f"{'WHERE ' + where if where else ''} ORDER BY q DESC, visits DESC, id "
+                                           "LIMIT ?", (*args, n)))
 
     def find_memories(self, conditions: Sequence[tuple[str, Any]], order: str, limit: int) -> list[dict[str, Any]]:
         """Memories (LISTED_FIELDS) that pass every condition, in `order` (a key of MEMORY_ORDERS), at most
@@ -214,9 +217,9 @@ class BankViews:
         return int(self.conn.execute("SELECT count(*) FROM retrievals").fetchone()[0])
 
     def receipt(self, retrieval_id: int) -> dict[str, Any] | None:
-        """A receipt's query, parameters (JSON text), statistics, exploration flag and time, or None."""
-        rows = dict_rows(self.conn.execute("SELECT id, query, params, sim_mean, sim_std, explored, created_at "
-                                           "FROM retrievals WHERE id = ?", (retrieval_id,)))
+        """A receipt's query, parameters (JSON text), statistics, exploration flag, time, task id and scope, or None."""
+        rows = dict_rows(self.conn.execute("SELECT id, query, params, sim_mean, sim_std, explored, created_at, task_id, "
+                                           "scope FROM retrievals WHERE id = ?", (retrieval_id,)))
         return rows[0] if rows else None
 
     def receipt_candidates(self, retrieval_id: int) -> list[dict[str, Any]]:
