@@ -429,7 +429,7 @@ def test_bench_hle_through_the_harness(jsonl_file: Path, tmp_path: Path) -> None
     from memrl_bench.framework.config import BenchConfig
     from memrl_bench.framework.harness import run_benchmark
     from memrl_cli.bank import MemoryBank
-    from memrl_cli.inspection import verify
+    from memrl_cli.ops.inspection import verify
 
     answers = {row["question"]: row["answer"] for row in ROWS}
 

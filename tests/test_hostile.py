@@ -32,6 +32,7 @@ FAST = {"bcb-forged-verdict-on-inherited-fds", "bcb-empty-test-loader", "bcb-vac
         "bcb-result-class-by-subclasses", "bcb-trace-hook", "bcb-code-in-the-checker", "bcb-report-fd-from-argv",
         "bcb-caller-frame-outcome-flag", "bcb-equals-everything", "bcb-patch-then-restore",
         "bcb-tests-data-by-subclasses", "bcb-answer-from-memory", "bcb-hidden-state-equals-everything",
+        "bcb-mock-configured-by-the-program",
         "db-read-another-episode", "db-destroy-another-episode", "hle-judge-format-injection", "hle-answer-every-way",
         "os-nss-module-from-planted-config", "os-ptrace-the-check-from-its-tree", "os-check-memory-from-its-tree"}
 ISSUE_43_HLE = ("hle-verdict-", "hle-judge-", "hle-local-")  # a judge call each: fast

@@ -1335,8 +1335,14 @@ class TestsChannel(Channel):
             name = payload[0]
             if type(name) is not str:
                 raise AttributeError("an attribute name that is not a str")
-            if op == "setattr" and (name in _VERIFYING or name.startswith(("assert", "_mock_"))):
+            if _mocks_machinery(target, name):
+                raise AttributeError(f"{name!r}: how the tests configure and check their mocks is not the program's "
+                                     "to read, set or call")
+            if op == "setattr" and (name in _VERIFYING or name.startswith(("assert", "_"))):
                 raise AttributeError(f"{name!r}: what the tests check their objects with is not the program's to set")
+            if op == "setattr" and not _plain_value(payload[1]):
+                raise AttributeError(f"{name!r}: the program sets only data on the tests' objects (a callable or a "
+                                     "mock there would answer the tests' checks), and this is not the program's to set")
             if op == "getattr" and name.startswith("_") and not _readable(target, name, op):
                 raise AttributeError(f"{name!r}: only public attributes of the tests' objects")
         elif op not in _SPECIAL_OPS:
@@ -1380,6 +1386,26 @@ class TestsChannel(Channel):
 
 _VERIFYING = frozenset({"called", "call_count", "call_args", "call_args_list", "mock_calls", "method_calls",
                         "__class__", "__dict__"})  # a mock's record of its calls: the program never writes it
+
+
+def _mocks_machinery(target: object, name: str) -> bool:
+    """Whether `name` is part of a mock's own machinery rather than of what it stands for: what its class
+    defines (`configure_mock`, `attach_mock`, `reset_mock`, `return_value`, `side_effect`, the `assert_*`
+    methods, `_get_child_mock`, ...), its record of calls and its private state (`_mock_*`, `_spec_*`).
+    The tests configure and check a mock with these; the program, which only uses what the mock stands
+    for, never names them (a mock's `configure_mock` once let it make the mock equal to anything)."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None or not isinstance(target, mock.NonCallableMock):
+        return False
+    return (name in _VERIFYING or name.startswith(("assert", "_mock_", "_spec_"))
+            or hasattr(type(target), name) and not (name.startswith("__") and name.endswith("__")))
+
+
+def _plain_value(value: object) -> bool:
+    """Whether the program may set `value` on an object of the tests': data, not a callable (a stand-in of
+    the program's, a function, a class) nor a mock, which would answer in place of what the tests check."""
+    mock = sys.modules.get("unittest.mock")
+    return not callable(value) and not (mock is not None and isinstance(value, mock.NonCallableMock))
 
 
 def _readable(target: object, name: str, op: str) -> bool:

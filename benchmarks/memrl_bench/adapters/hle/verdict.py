@@ -4,7 +4,8 @@ The answer reaches the judge in its prompt, so a judge that repeats it (in part,
 it) could hand a parser a verdict the agent wrote. Two rules keep the verdict the judge's own:
 
 * `neutralise` renames every verdict label (`correct` before a colon), and every field name of the
-  judge prompt (a second `[correct_answer]` a judge could take for the gold answer), in the answer
+  judge prompt or label posing as one (a second `[correct_answer]`, `[gold answer]`, `correct-answer:`
+  ... a judge could take for the gold answer), in the answer
   before it is quoted, found in the answer as a reader takes it in (`reading`): HTML entities and `\\u`, `\\x`,
   `%XX` escapes decoded, compatibility forms folded (fullwidth, ligatures, mathematical letters),
   combining marks and invisible format characters (zero-width, soft hyphen, bidi controls) dropped,
@@ -29,9 +30,16 @@ FIELDS = ("extracted_final_answer", "reasoning", "correct", "confidence")
 QUOTED_LABEL = "correct (quoted from the response)"
 QUOTED_FIELD = "[a field name quoted from the response]"
 LABEL = re.compile(r"(?<!\w)correct(?=\W*:)")  # in a text as `reading` gives it
-# A verdict label, or one of the judge prompt's field names (a second "[correct_answer]" that a judge could take
-# for the gold answer), in a text as `reading` gives it.
-_PLANTED = re.compile(r"(?P<label>(?<!\w)correct(?=\W*:))|\[\s*(?:correctanswer|question|response)\s*\]")
+# What a judge could take for a field of its prompt holding the gold answer (or the extracted answer): a name of
+# an answer as the gold one, in any spelling (`correct answer`, `correct-answer`, `gold answer`,
+# `extracted final answer`, ...; `_` is dropped by `reading`), used as a label: bracketed (`[...]`, `<...>`,
+# `(...)`, `{...}`) or before a colon or `=`. The words alone in prose ("the correct answer is 42") stay.
+_ANSWER_NAME = (r"(?<![a-z])(?:correct|gold(?:en)?|reference|expected|true|right|official|target|ground\W{0,3}truth"
+                r"|extracted(?:\W{0,3}final)?)\W{0,3}(?:final\W{0,3})?answer(?![a-z])")
+# A verdict label, or a field name of the judge prompt or one posing as it (a second "[correct_answer]" that a
+# judge could take for the gold answer), in a text as `reading` gives it.
+_PLANTED = re.compile(r"(?P<label>(?<!\w)correct(?=\W*:))"
+                      rf"|[\[<({{]\s*(?:{_ANSWER_NAME}|question|response)\s*[\]>)}}]|{_ANSWER_NAME}(?=\W{{0,3}}[:=])")
 _ESCAPE = re.compile(
     r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?"  # HTML entities
     r"|\\u[0-9a-fA-F]{4}|\\U[0-9a-fA-F]{8}|\\x[0-9a-fA-F]{2}|%[0-9a-fA-F]{2}"  # escapes, URL encoding
@@ -109,7 +117,8 @@ def verdict_labels(text: str) -> int:
 
 def neutralise(response: str) -> str:
     """`response` with every verdict label, in any form `reading` sees through, renamed `QUOTED_LABEL`, and every
-    field name of the judge prompt (`[correct_answer]`, `[question]`, `[response]`) renamed `QUOTED_FIELD`."""
+    field name of the judge prompt (`[correct_answer]`, `[question]`, `[response]`) or label posing as the gold
+    or extracted answer (`_ANSWER_NAME`: `[gold answer]`, `correct-answer:`, ...) renamed `QUOTED_FIELD`."""
     for _ in range(4):  # a rename could only uncover a label a neighbouring escape completed: read again
         read, spans = reading(response)
         found = [(spans[m.start()][0], spans[m.end() - 1][1], QUOTED_LABEL if m.group("label") else QUOTED_FIELD)
