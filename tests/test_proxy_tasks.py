@@ -238,6 +238,42 @@ def test_a_lost_bank_never_fails_the_call_nor_shows_where_it_was(pg_server_dsn: 
         assert not [line for line in log if "Traceback" in line]
 
 
+@pytest.mark.slow
+def test_a_bank_that_does_not_answer_costs_a_bounded_wait() -> None:
+    """The bank's PostgreSQL server stops answering (its processes stopped: a hung server, a dropped network):
+    the call goes on without memories after the bank wait plus the step grace, not when the client gives up."""
+    import os
+    import signal
+    import subprocess
+
+    from benchmarks.testing.pg_server import LocalPostgres, temporary_database
+
+    from memrl_cli.serving.proxy_state import STEP_GRACE
+
+    with LocalPostgres() as server, temporary_database(server.dsn, "memrl_test") as url:
+        with MemoryBank(url) as b:
+            b.ingest("heat an egg in the microwave", "SCRIPT: microwave 30 s", "success")
+        with ScriptedChatServer(lambda request: "Done.") as model, \
+                proxy(url, model.base_url, "--bank-wait", "1") as served:
+            client(served).chat.completions.create(model="m", messages=[{"role": "user", "content": EGG}])
+            rows = [line.split() for line in subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True,
+                                                             text=True, check=True).stdout.splitlines()]
+            server_pids = [server.pid, *(int(pid) for pid, parent in rows if int(parent) == server.pid)]
+            for pid in server_pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                raw = client(served, timeout=60).chat.completions.with_raw_response.create(
+                    model="m", messages=[{"role": "user", "content": EGG + " again"}])
+                waited = time.monotonic() - start
+            finally:
+                for pid in server_pids:
+                    os.kill(pid, signal.SIGCONT)
+            assert raw.parse().choices[0].message.content == "Done." and injected(model.requests[-1]) == ""
+            assert raw.headers["X-Memrl-Warning"] == "no memories: the bank did not answer"
+            assert waited < 1 + STEP_GRACE + 20  # (not the client's 60 s: a bound, with room for a loaded machine)
+
+
 def test_a_stream_carries_the_usage_chunk_the_client_asked_for(bank: str) -> None:
     """`stream_options.include_usage`: the client asked for the chunk without choices (the usage); it carries the
     receipt too, and is the only chunk without choices."""
@@ -259,3 +295,65 @@ def test_memories_endpoint_lists_its_fields(bank: str) -> None:
         answer = httpx2.post(f"{url}/v1/memrl/memories", json=["x"])
         assert "the fields intent, experience, outcome, task_id, source, scope" in answer.json()["error"]["message"]
     assert learned_state(bank) == before
+
+
+def test_a_task_id_beyond_ascii_is_echoed_encoded_and_one_with_a_control_character_is_refused(bank: str) -> None:
+    """The header echoes a task id as printable ASCII (`工单-7` percent-encoded), never failing the call after the
+    upstream answered; an id with CR/LF (a header injection) is refused in one line, before the upstream."""
+    with ScriptedChatServer(lambda request: "Done.") as model, proxy(bank, model.base_url) as url:
+        answer = client(url).chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": EGG}], metadata={"memrl_task_id": "工单-7"})
+        assert answer.headers["X-Memrl-Task-Id"] == "%E5%B7%A5%E5%8D%95-7"
+        refused = httpx2.post(f"{url}/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": EGG}],
+            "metadata": {"memrl_task_id": "tick\r\nX-Injected: 1"}})
+        assert refused.status_code == 400 and "without control characters" in refused.json()["error"]["message"]
+        assert "X-Injected" not in refused.headers and len(model.requests) == 1
+    assert [task for _, task, _ in stored(bank)] == ["工单-7"]
+
+
+AZURE_CHUNKS = [  # a chat stream as Azure OpenAI sends it: first a chunk with no object name, no choices, its filters
+    {"choices": [], "created": 0, "id": "", "model": "", "object": "",
+     "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]},
+    {"choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": None, "index": 0}],
+     "created": 1, "id": "c1", "model": "gpt-4o", "object": "chat.completion.chunk"},
+    {"choices": [{"delta": {"content": "Done."}, "finish_reason": None, "index": 0}],
+     "created": 1, "id": "c1", "model": "gpt-4o", "object": "chat.completion.chunk"},
+    {"choices": [{"delta": {}, "finish_reason": "stop", "index": 0}],
+     "created": 1, "id": "c1", "model": "gpt-4o", "object": "chat.completion.chunk"},
+]
+
+
+def test_an_azure_style_stream_carries_the_receipt(bank: str) -> None:
+    """Azure OpenAI's first chunk names no object and has no choices (the openai client's stream helpers skip it):
+    the stream is still known for a chat one, so the receipt rides on its first chunk of its own and its finishing
+    chunk, and `chat.completions.stream()` gets it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Azure(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for chunk in AZURE_CHUNKS:
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Azure)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        with proxy(bank, f"http://127.0.0.1:{upstream.server_port}/v1") as url:
+            chunks = list(client(url).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": EGG}], stream=True))
+            with client(url).chat.completions.stream(model="m", messages=[{"role": "user", "content": EGG}]) as helper:
+                list(helper)
+                final = helper.get_final_completion()
+    finally:
+        upstream.shutdown()
+    assert [(c.model_extra or {}).get("memrl") for c in chunks] == [None, {"retrieval_id": 1}, None, {"retrieval_id": 1}]
+    assert final.model_extra["memrl"] == {"retrieval_id": 2} and final.choices[0].message.content == "Done."

@@ -124,6 +124,8 @@ def test_an_initial_q_lies_in_the_reward_range(bank_at: Callable[[str], str]) ->
         assert b.count() == 0
         b.set_reward_range((-10, 10))
         assert b.ingest("heat an egg", "microwave", q=7, vector=EGG).created
+        b.set_reward_range((1, 5))  # (star ratings): the default initial Q, 0, is taken as always
+        assert b.ingest("boil an egg", "pot", vector=EGG).created
 
 
 def test_rewarding_a_forgotten_memory_says_so(bank_at: Callable[[str], str]) -> None:
@@ -188,6 +190,22 @@ def test_forget_with_vacuum_leaves_no_byte_in_the_file(tmp_path: object) -> None
         assert memories.forget(b, [secret], vacuum=True)["vacuumed"] is True
         assert not _in_files(location, b"xylophone-4711") and not _in_files(location, b"zebra quartz")
         assert inspection.verify(b)["ok"] and b.count() == 2
+
+
+def test_forget_with_vacuum_says_when_a_reader_kept_the_bytes(tmp_path: object) -> None:
+    """A reader's snapshot keeps the last checkpoint from copying the WAL whole: `vacuumed` is then False
+    (the text is still in a file), and True once the bank is quiet."""
+    location = os.path.join(str(tmp_path), "b.db")
+    with MemoryBank(location, "external:test:4", busy_timeout=0.5) as b, bank(location) as reader:  # (its waits)
+        secret = b.ingest("zebra quartz pass phrase", "the code is xylophone-4711", vector=EGG).id
+        b.ingest("heat an egg", "microwave", vector=PLANT)
+        reader.store.conn.execute("BEGIN")
+        reader.store.conn.execute("SELECT count(*) FROM memories").fetchall()  # a read snapshot held open
+        assert memories.forget(b, [secret], vacuum=True)["vacuumed"] is False
+        assert _in_files(location, b"xylophone-4711")
+        reader.store.conn.execute("COMMIT")
+        assert b.store.vacuum() is True
+        assert not _in_files(location, b"xylophone-4711")
 
 
 def _in_files(location: str, needle: bytes) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -72,11 +73,13 @@ def check_scope(value: Any, where: str = "") -> str | None:
 
 def check_task_id(value: Any, where: str = "") -> str | None:
     """A caller's id for a task (what a receipt keeps, to reward it by task): None, or a non-blank text of
-    at most MAX_TASK_ID characters without NUL bytes."""
+    at most MAX_TASK_ID characters without control characters (NUL, CR, LF, ...)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TASK_ID or "\x00" in value:
-        raise MemrlError(f"{where}task id must be a non-empty string of at most {MAX_TASK_ID} characters")
+    if (not isinstance(value, str) or not value.strip() or len(value) > MAX_TASK_ID
+            or any(unicodedata.category(c) == "Cc" for c in value)):
+        raise MemrlError(f"{where}task id must be a non-empty string of at most {MAX_TASK_ID} characters, "
+                         "without control characters")
     return value
 
 

@@ -42,7 +42,7 @@ class MemoryWriter:
             return []
         low, high = self.reward_range()
         for i, item in enumerate(items):
-            if not low <= item.q <= high:
+            if item.q != 0 and not low <= item.q <= high:  # (the default 0 starts anywhere, as in the paper)
                 where = f"record {i + 1}: " if len(items) > 1 else ""
                 raise MemrlError(f"{where}q {number(item.q)} is outside the bank's reward range [{number(low)}, "
                                  f"{number(high)}]: Q moves toward the rewards, so it starts among them (`memrl "

@@ -73,7 +73,8 @@ def forget(bank: MemoryBank, ids: Iterable[int], vacuum: bool = False) -> dict[s
     """Forget memories, atomically, erasing their content and that of their earlier and later versions (see
     the module's docstring), and of the versions `memrl edit` replaced with them; with `vacuum`, then compact the bank so that the file no longer holds the erased
     bytes. Returns {"forgotten": ids forgotten or erased now, "unchanged": ids that already were, "erased":
-    every id whose content was erased now, earlier versions included, "vacuumed"}; an unknown id refuses the whole call."""
+    every id whose content was erased now, earlier versions included, "vacuumed": whether the file was compacted
+    whole (False without `vacuum`, or when a reader kept some bytes)}; an unknown id refuses the whole call."""
     wanted = memory_ids(ids)
     stamp = now()
     with bank.transaction():
@@ -87,10 +88,9 @@ def forget(bank: MemoryBank, ids: Iterable[int], vacuum: bool = False) -> dict[s
             dim = bank.dim or 1
             bank.store.erase_memories(erased, bank.store.encode(np.zeros(dim, dtype=np.float32)))
     changed = [i for i in wanted if i in marked or i in erased]
-    if vacuum:
-        bank.store.vacuum()
+    vacuumed = bank.store.vacuum() if vacuum else False
     return {"forgotten": changed, "unchanged": [i for i in wanted if i not in changed], "erased": erased,
-            "vacuumed": vacuum}
+            "vacuumed": vacuumed}
 
 
 def _earlier(bank: MemoryBank, memory_id: int) -> list[int]:

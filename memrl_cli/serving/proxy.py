@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 from starlette.applications import Starlette
@@ -57,6 +58,9 @@ from memrl_cli.serving.service import BANK_WAIT, BankService, ReadOnlyError, che
 
 RECEIPT_HEADER = "X-Memrl-Retrieval"
 TASK_HEADER = "X-Memrl-Task-Id"
+# What the task id header echoes as it is: printable ASCII but `%` (the rest, UTF-8 percent-encoded: `工单-7`
+# reads `%E5%B7%A5%E5%8D%95-7`)
+HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 MEMORY_FIELDS = ("intent", "experience", "outcome", "task_id", "source", "scope")  # of POST /v1/memrl/memories
 # Not forwarded upstream: hop-by-hop headers, what the proxy sets itself, and memrl's own headers.
 DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "accept-encoding", "te",
@@ -181,7 +185,7 @@ class LearningProxy:
         if retrieval_id is not None:
             headers[RECEIPT_HEADER] = str(retrieval_id)
         if task is not None and task.task_id is not None:
-            headers[TASK_HEADER] = task.task_id
+            headers[TASK_HEADER] = quote(task.task_id, safe=HEADER_SAFE)  # (UTF-8, percent-encoded beyond ASCII)
         if warning is not None:
             headers[WARNING_HEADER] = warning
         return headers

@@ -72,7 +72,8 @@ class ReceiptStream:
         self.chunks = chunks
         self.retrieval_id = retrieval_id
         self.on_response_id = on_response_id
-        self.chat = False  # a chat completion's chunks (known from the first event)
+        self.chat = False  # a chat completion's chunks (known from the first event: one with `choices`)
+        self.unsigned = False  # a chat stream whose first chunk of its own (`chat.completion.chunk`) is yet to come
         self.added = False  # a response's final event carries the receipt
         self.first = True
 
@@ -81,6 +82,9 @@ class ReceiptStream:
         if data == b"[DONE]" or not data:
             return event + separator
         if self.chat:
+            if self.unsigned and b'"chat.completion.chunk"' in data:
+                self.unsigned = False
+                return self._spliced(event) + separator
             if finishes(data) or (NO_CHOICES.search(data) and b'"usage"' in data):
                 return self._spliced(event) + separator
             return event + separator
@@ -95,6 +99,9 @@ class ReceiptStream:
             if self.first and parsed.get("object") == "chat.completion.chunk":
                 self.first, self.chat = False, True
                 return self._spliced(event) + separator
+            if self.first and isinstance(parsed.get("choices"), list):  # Azure OpenAI's first chunk: `"object": ""`,
+                self.first, self.chat, self.unsigned = False, True, True  # no choices, its prompt_filter_results;
+                return event + separator  # (the openai client's stream helpers skip it: the receipt goes on the next)
             self.first = False
             response = parsed.get("response")
             if isinstance(response, dict):

@@ -7,7 +7,10 @@ another process holds (`--bank-wait`, 2 s by default: `BankService(busy_timeout=
 that fails (the bank is busy, or cannot be used at all: damaged, its server down) ends the call's use of
 the bank: the call goes on to the upstream without memories (or, when its memories were already chosen,
 without a receipt, which the task's next call stores), and its answer says why in the header
-`X-Memrl-Warning`, without saying where the bank is. So a call waits for the bank once, at most.
+`X-Memrl-Warning`, without saying where the bank is. So a call waits for the bank once, at most. A bank
+that does not answer at all (a PostgreSQL server that hangs, a network that drops its packets) is given
+up the same way when a step has taken the bank wait plus `STEP_GRACE` seconds (the grace covers honest
+slow steps: loading the embedding model, a large first retrieval); the step's thread finishes on its own.
 
 Writes that only keep the task state current (a longer conversation, a response id) are made in the
 background, one batch at a time, and never delay an answer.
@@ -29,6 +32,7 @@ from memrl_cli.serving.proxy_tasks import Call, Task, Tasks
 from memrl_cli.serving.service import BankService
 
 WARNING_HEADER = "X-Memrl-Warning"
+STEP_GRACE = 10.0  # seconds a bank step may take beyond the bank wait before the call goes on without it
 T = TypeVar("T")
 
 
@@ -45,7 +49,13 @@ class CallState:
         if self.problem is not None:
             return None
         try:
-            return await run_in_threadpool(fn, *args)
+            return await asyncio.wait_for(run_in_threadpool(fn, *args),
+                                          (self.service.pool.busy_timeout or 0) + STEP_GRACE)
+        except asyncio.TimeoutError:
+            self.problem = "the bank did not answer"
+            sys.stderr.write(f"memrl: warning: {self.what} went on without the bank: it did not answer in time\n")
+            sys.stderr.flush()
+            return None
         except MemrlError as exc:
             self.problem = ("the bank is busy: another process holds it" if isinstance(exc, BankBusyError)
                             else "the bank cannot be used now")

@@ -255,8 +255,9 @@ class Store(BankQueries, BankViews, BankRepairs, RunRecords):
         raise MemrlError("`memrl backup` copies a SQLite bank; back up a PostgreSQL bank with pg_dump, or move its "
                          "memories, Q values and ledgers with `memrl export --vectors`")
 
-    def vacuum(self) -> None:
-        """Compact the bank so that its files no longer hold erased or deleted bytes (outside a transaction)."""
+    def vacuum(self) -> bool:
+        """Compact the bank so that its files no longer hold erased or deleted bytes (outside a transaction);
+        False when another connection's reading kept some of them (try again when the bank is quiet)."""
         raise NotImplementedError
 
     def index_problems(self, memories: int) -> list[str]:

@@ -319,10 +319,12 @@ class PostgresStore(Store):
             problems.append(f"the HNSW index's copy of the vectors has {copied} for {memories} memories with a vector")
         return [f"{problem} (run `memrl doctor --index hnsw`)" for problem in problems]
 
-    def vacuum(self) -> None:
-        """VACUUM FULL of the tables that hold memories' texts and vectors: rewritten without dead rows."""
+    def vacuum(self) -> bool:
+        """VACUUM FULL of the tables that hold memories' texts and vectors: rewritten without dead rows (it
+        waits for the other sessions' locks, so it is whole when it returns)."""
         for table in ("memories", "memory_vectors") if self.has_table("memory_vectors") else ("memories",):
             self.conn.execute(f"VACUUM FULL {table}")
+        return True
 
     def unindex(self, memory_ids: Sequence[int]) -> None:
         if memory_ids and self.has_table("memory_vectors"):

@@ -127,10 +127,13 @@ class SqliteStore(Store):
             raise MemrlError(f"{self.path} is damaged, not a valid memrl bank ({problems[0]}); no backup written: "
                              "restore it from an earlier `memrl backup` copy")
 
-    def vacuum(self) -> None:
-        """The WAL emptied into the file, the file rebuilt without free pages (VACUUM), the WAL emptied again."""
-        for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"):
+    def vacuum(self) -> bool:
+        """The WAL emptied into the file, the file rebuilt without free pages (VACUUM), the WAL emptied again;
+        False when a reader kept the last checkpoint from copying the WAL whole (its row: busy, frames, copied)."""
+        for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM"):
             self.conn.execute(statement).fetchall()
+        busy, frames, copied = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy == 0 and frames == copied
 
     def index_problems(self, memories: int) -> list[str]:
         info = self.index_info()
