@@ -258,7 +258,7 @@ CASES = [
     Case("reward a receipt twice", args("reward", "--retrieval", "1", "--reward", "1"), "already rewarded"),
     Case("reward alpha 0", args("reward", "--memory", "1", "--reward", "1", "--alpha", "0"), "alpha"),
     Case("reward receipt and memory ids", args("reward", "--retrieval", "2", "--memory", "1", "--reward", "1"),
-         "either"),
+         "give one of --retrieval, --task, --last, --memory and --jsonl"),
     Case("reward broken JSONL line in the middle", args("reward", "--jsonl", "-"), "line 2",
          stdin=b'{"memory_ids": [1], "reward": 1}\n{"memory_ids": [2], \n{"memory_ids": [3], "reward": 1}\n'),
     Case("reward unknown memory at the end of a stream", args("reward", "--jsonl", "-"), "unknown memory id 999",

@@ -45,7 +45,7 @@ CORE = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
 
 # Library modules loaded only for one feature, and the extra that declares their imports.
 FEATURE_MODULES = {"store/postgres.py": "postgres", "store/postgres_driver.py": "postgres", "serving/mcp.py": "mcp",
-                   "serving/proxy.py": "proxy", "serving/network.py": "proxy", "ops/report_plot.py": "plots"}
+                   "serving/proxy.py": "proxy", "serving/proxy_state.py": "proxy", "serving/network.py": "proxy", "ops/report_plot.py": "plots"}
 
 
 def _imports(folder: str, only: set[str] | None = None, skip: set[str] = frozenset()) -> set[str]:
