@@ -1338,7 +1338,7 @@ class TestsChannel(Channel):
             if _mocks_machinery(target, name):
                 raise AttributeError(f"{name!r}: how the tests configure and check their mocks is not the program's "
                                      "to read, set or call")
-            if op == "setattr" and (name in _VERIFYING or name.startswith(("assert", "_"))):
+            if op == "setattr" and (name in _VERIFYING or name.startswith(("assert", "_mock_"))):
                 raise AttributeError(f"{name!r}: what the tests check their objects with is not the program's to set")
             if op == "setattr" and not _plain_value(payload[1]):
                 raise AttributeError(f"{name!r}: the program sets only data on the tests' objects (a callable or a "
