@@ -246,7 +246,9 @@ def test_eight_concurrent_clients_lose_no_update(bank_at: Callable[[str], str], 
     with MemoryBank(db) as bank:
         bank.ingest("heat an egg", f"SCRIPT: {GOOD_SCRIPT}", "success")
     errors: list[BaseException] = []
-    with proxy(db, upstream.base_url) as url:
+    # Eight rewards of one memory wait for each other's row lock: on a loaded 2-core machine the last one can
+    # wait past the default bank wait (2 s) and get its documented 503; a longer wait tests that none is lost.
+    with proxy(db, upstream.base_url, "--bank-wait", "30") as url:
         def agent() -> None:
             try:
                 raw = client(url).chat.completions.with_raw_response.create(
