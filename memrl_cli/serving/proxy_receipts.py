@@ -73,7 +73,7 @@ class ReceiptStream:
         self.retrieval_id = retrieval_id
         self.on_response_id = on_response_id
         self.chat = False  # a chat completion's chunks (known from the first event: one with `choices`)
-        self.unsigned = False  # a chat stream whose first chunk of its own (`chat.completion.chunk`) is yet to come
+        self.receipt_due = False  # a chat stream whose first chunk of its own (`chat.completion.chunk`) is yet to come
         self.added = False  # a response's final event carries the receipt
         self.first = True
 
@@ -82,8 +82,8 @@ class ReceiptStream:
         if data == b"[DONE]" or not data:
             return event + separator
         if self.chat:
-            if self.unsigned and b'"chat.completion.chunk"' in data:
-                self.unsigned = False
+            if self.receipt_due and b'"chat.completion.chunk"' in data:
+                self.receipt_due = False
                 return self._spliced(event) + separator
             if finishes(data) or (NO_CHOICES.search(data) and b'"usage"' in data):
                 return self._spliced(event) + separator
@@ -100,7 +100,7 @@ class ReceiptStream:
                 self.first, self.chat = False, True
                 return self._spliced(event) + separator
             if self.first and isinstance(parsed.get("choices"), list):  # Azure OpenAI's first chunk: `"object": ""`,
-                self.first, self.chat, self.unsigned = False, True, True  # no choices, its prompt_filter_results;
+                self.first, self.chat, self.receipt_due = False, True, True  # no choices, its prompt_filter_results;
                 return event + separator  # (the openai client's stream helpers skip it: the receipt goes on the next)
             self.first = False
             response = parsed.get("response")

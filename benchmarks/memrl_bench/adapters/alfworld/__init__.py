@@ -1,16 +1,7 @@
 """ALFWorld: the text household games (the adapter, its games' data, the game environment, the prompt and reply parser, the authors' few-shot examples, the gold walkthroughs).
 
-The entry point names this package: its adapter class is `benchmark.AlfworldBenchmark`, loaded on first use, so
-importing a part (the data, the prompt) does not import the adapter and what it needs."""
+The entry point names this package: `benchmark.AlfworldBenchmark` is loaded on first use (`lazy_adapter`)."""
 
-from __future__ import annotations
+from memrl_bench.adapters import lazy_adapter
 
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name == "AlfworldBenchmark":
-        from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
-
-        return AlfworldBenchmark
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_adapter(__name__, "AlfworldBenchmark")
