@@ -303,6 +303,40 @@ def test_two_processes_rewarding_one_receipt_one_wins(pg_dsn: str) -> None:
         assert verify(bank)["ok"]
 
 
+def test_servers_storing_and_rewarding_tasks_at_once_never_deadlock(pg_dsn: str) -> None:
+    """Proxies store receipts under task keys (one key shared), keep their tasks current and reward them, all on
+    one memory at once: every write goes through, none is failed by the server as one side of a deadlock."""
+    import threading
+
+    from memrl_cli.serving.service import BankService
+
+    with MemoryBank(pg_dsn) as bank:
+        bank.ingest("heat an egg", "SCRIPT: boil it", "success")
+    service = BankService(pg_dsn, busy_timeout=60)
+    errors: list[str] = []
+
+    def proxy(worker: int) -> None:
+        try:
+            for i in range(6):
+                retrieval = service.select("heat an egg", RetrieveParams())
+                rid = service.record(retrieval, ("shared" if i % 2 else f"w{worker}", 1), 3600)
+                service.touch_tasks([(f"w{worker}", rid, 2), ("shared", rid, 2)])
+                service.reward([{"retrieval_id": rid, "reward": 1}])
+        except MemrlError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=proxy, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    service.close()
+    assert errors == []
+    with MemoryBank(pg_dsn, create=False) as bank:
+        assert bank.conn.execute("SELECT visits, (SELECT count(*) FROM rewards) FROM memories").fetchone() == (48, 48)
+        assert verify(bank)["ok"]
+
+
 # -- the HNSW index --------------------------------------------------------------------------------
 
 

@@ -139,8 +139,9 @@ class Ledger:
         with db.transaction():
             resolved_ids = [self.task_receipt(c.task, c.scope, not c.scoped) if c.task is not None else c.retrieval_id
                             for c in checked]
-            # Lock what this write reads and then changes, in id order (no deadlock between writers):
-            # the receipts first (one reward per receipt), then the memories whose Q moves.
+            # Lock what this write reads and then changes, in the order every writer takes them (no deadlock):
+            # the receipts first (one reward per receipt), then the memories whose Q moves (in id order), and
+            # only then the task rows, which a receipt's writer changes after locking its memories.
             db.lock("retrievals", {rid for rid in resolved_ids if rid is not None})
             rewarded: set[int] = set()
             resolved = []
@@ -159,8 +160,8 @@ class Ledger:
                 elif c.scoped:
                     self._check_memories(ids, True, c.scope)
                 resolved.append((rid, ids, c.reward, c.alpha, c.floor, c.source))
-            store.end_tasks(sorted(rewarded), stamp)
             db.lock("memories", {mid for entry in resolved for mid in entry[1]})
+            store.end_tasks(sorted(rewarded), stamp)
             forgotten = {int(r[0]) for r in store.rows_by_id("memories", "id, forgotten_at",
                                                              {mid for entry in resolved for mid in entry[1]})
                          if r[1] is not None}

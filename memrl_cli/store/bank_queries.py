@@ -18,6 +18,7 @@ class BankQueries:
     """What the bank's parts read and write, each one named statement (or a few, in chunks)."""
 
     conn: Any
+    _lock_tasks = ""  # a statement that makes the current write the only writer of task rows (`_writing_tasks`)
 
     # -- memories --------------------------------------------------------------------
     def has_memory(self) -> bool:
@@ -131,8 +132,16 @@ class BankQueries:
             f"SELECT key, retrieval_id, calls FROM tasks WHERE key IN ({','.join('?' * len(keys))}) AND ended_at IS "
             "NULL AND updated_at >= ?", [*keys, since])]
 
+    def _writing_tasks(self) -> None:
+        """Inside a write, before its first change of task rows: wait to be their only writer. Every write
+        changes task rows after the receipts and memories it locks, so writers never deadlock over them (a
+        no-op on SQLite, whose writers are already serialised)."""
+        if self._lock_tasks:
+            self.conn.execute(self._lock_tasks)
+
     def open_task(self, key: str, retrieval_id: int, calls: int, stamp: str) -> None:
         """Inside a write: `key` is now the task of this receipt (a new task under an old key replaces it)."""
+        self._writing_tasks()
         self.conn.execute("INSERT INTO tasks (key, retrieval_id, calls, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT "
                           "(key) DO UPDATE SET retrieval_id = excluded.retrieval_id, calls = excluded.calls, "
                           "updated_at = excluded.updated_at, ended_at = NULL", (key, retrieval_id, calls, stamp))
@@ -140,6 +149,7 @@ class BankQueries:
     def touch_tasks(self, rows: Sequence[tuple[str, int, int]], stamp: str) -> None:
         """Inside a write: for each (key, retrieval_id, calls), the task under `key` (added when missing) has had
         a call of `calls` messages now; a key that names another receipt's task by now is left alone."""
+        self._writing_tasks()
         self.conn.executemany(
             "INSERT INTO tasks (key, retrieval_id, calls, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
             "SET calls = CASE WHEN excluded.calls > tasks.calls THEN excluded.calls ELSE tasks.calls END, "
@@ -148,6 +158,9 @@ class BankQueries:
 
     def end_tasks(self, retrieval_ids: Sequence[int], stamp: str) -> None:
         """Inside a write: the tasks of these receipts are over (rewarded): their keys open new tasks."""
+        if not retrieval_ids:
+            return
+        self._writing_tasks()
         self.conn.executemany("UPDATE tasks SET ended_at = ? WHERE retrieval_id = ? AND ended_at IS NULL",
                               [(stamp, rid) for rid in retrieval_ids])
 
@@ -159,6 +172,7 @@ class BankQueries:
 
     def prune_tasks(self, before: str) -> None:
         """Inside a write: forget the tasks unchanged since before `before` (expired)."""
+        self._writing_tasks()
         self.conn.execute("DELETE FROM tasks WHERE updated_at < ?", (before,))
 
     def selected_ids(self, retrieval_id: int) -> list[int]:

@@ -35,6 +35,7 @@ class PostgresStore(Store):
     kind = "postgresql"
     indexes = POSTGRES_INDEXES
     _for_update = " FOR UPDATE"
+    _lock_tasks = "LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE"  # conflicts with itself and with row writes
     single_statement_writes = True  # autocommit: a statement outside BEGIN is its own transaction
     begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
