@@ -258,7 +258,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
     """Render rows as a rich table on stdout, fitting 80 columns: numbers and short fields never break
     (nor does any header); text columns wrap between words, and break a word only when it is longer than
-    `WORD` characters."""
+    `WORD` characters. A table whose columns cannot fit is printed wider, never with columns dropped."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -274,7 +274,9 @@ def table(rows: list[dict[str, Any]], columns: list[str], title: str | None = No
             t.add_column(c, no_wrap=True, min_width=max([len(c), *map(len, values)]))
     for row in cells:
         t.add_row(*row)
-    Console().print(t)
+    console = Console()
+    needed = console.measure(t, options=console.options.update_width(10_000)).minimum
+    (console if needed <= console.width else Console(width=needed)).print(t)
 
 
 def count(n: int, singular: str, plural: str) -> str:

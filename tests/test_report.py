@@ -118,7 +118,9 @@ def test_utility_report_of_a_real_run(tmp_path):
     assert json.loads((run_dir / "utility.json").read_text()) == analysis
     assert (run_dir / "utility.png").read_bytes()[:4] == b"\x89PNG"
     human = subprocess.run([sys.executable, "-m", "memrl_cli", "report", str(run_dir), "--q"],
-                           capture_output=True, text=True, env=env | {"PATH": "/usr/bin:/bin"})
+                           capture_output=True, text=True, env=env | {"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
     assert human.returncode == 0 and "Spearman" in human.stdout and "epoch" in human.stdout
+    for b in analysis["overall"]["bins"]:  # every bin, even where the columns are wider than the terminal
+        assert f"Q [{b['low']:+.1f},{b['high']:+.1f})" in human.stdout, human.stdout
     assert spearman([1, 2, 3, 4], [0, 0, 1, 1]) == pytest.approx(0.8944, abs=1e-3)
     assert spearman([1, 1, 1], [0, 1, 0]) is None
