@@ -8,6 +8,7 @@ enough to follow by hand. One room, k2 = 1, rag (similarity only).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_utility_report_of_a_real_run(tmp_path):
     the success rate by Q bin and Spearman's ρ per epoch, printed, in utility.json and drawn in utility.png. Q learned
     from rewards predicts success there, so ρ is positive over the run."""
     from benchmarks.learning.table import ADAPTER, NO_LLM
-    from memrl_cli.ops.report import spearman
+    from memrl_cli.ops.report import spearman, utility_report
 
     config = BenchConfig(benchmark=ADAPTER, method="memrl", epochs=4, batch_size=8, threshold=0.3, seed=1,
                          options={"scenario": "a"})
@@ -122,5 +123,8 @@ def test_utility_report_of_a_real_run(tmp_path):
     assert human.returncode == 0 and "Spearman" in human.stdout and "epoch" in human.stdout
     for b in analysis["overall"]["bins"]:  # every bin, even where the columns are wider than the terminal
         assert f"Q [{b['low']:+.1f},{b['high']:+.1f})" in human.stdout, human.stdout
+    moved = tmp_path / "handed-over" / run_dir.name  # to another place, or machine: the directory carries its bank
+    shutil.move(run_dir, moved)
+    assert json.loads(json.dumps(utility_report(moved))) == analysis
     assert spearman([1, 2, 3, 4], [0, 0, 1, 1]) == pytest.approx(0.8944, abs=1e-3)
     assert spearman([1, 1, 1], [0, 1, 0]) is None

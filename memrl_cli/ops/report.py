@@ -21,25 +21,20 @@ Q bin and Spearman's rank correlation between Q and success.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from memrl_cli.ops import runs
 from memrl_cli.bank.memory_bank import MemoryBank
-from memrl_cli.errors import MemrlError
 
 EPOCH_FIELDS = ("epoch", "episodes", "successes", "accuracy", "receipts", "existed", "recalled", "selected")
 
 
 def run_location(run_dir: str | Path) -> tuple[str, str]:
-    """(run id, bank location) from a run directory's config.json."""
-    try:
-        stored = json.loads((Path(run_dir) / "config.json").read_text())
-        return str(stored["run_id"]), str(stored["bank"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise MemrlError(f"{run_dir} is not a run directory (no readable config.json)") from None
+    """(run id, bank location) of a run directory (`runs.run_directory`)."""
+    stored, bank = runs.run_directory(run_dir)
+    return str(stored["run_id"]), bank
 
 
 def learning_report(run_dir: str | Path) -> dict[str, Any]:

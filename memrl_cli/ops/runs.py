@@ -12,6 +12,7 @@ ingest`/`retrieve` has none, and reading runs from such a bank finds none.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from memrl_cli.bank.memory_bank import MemoryBank
@@ -21,6 +22,19 @@ from memrl_cli.store.migrations import RUNS
 
 EPISODE_FIELDS = ("phase", "split", "epoch", "batch", "position", "task_id", "success", "reward", "steps", "status",
                   "env_error", "retrieval_id", "memory_ids", "new_memory_id", "usage")
+
+
+def run_directory(run_dir: str | Path) -> tuple[dict[str, Any], str]:
+    """A run directory's config.json and its bank's location: the run's own `bank.db` in the directory when the
+    run kept its bank there (the default: so a run directory that was moved, copied or handed to another
+    machine carries its bank), else the location the run was given."""
+    try:
+        stored = json.loads((Path(run_dir) / "config.json").read_text())
+        bank = str(stored["bank"])
+        own = Path(bank).name == "bank.db" and Path(bank).parent.name == str(stored["run_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise MemrlError(f"{run_dir} is not a run directory (no readable config.json)") from None
+    return stored, str(Path(run_dir) / "bank.db") if own else bank
 
 
 def has_runs(bank: MemoryBank) -> bool:

@@ -219,11 +219,10 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
     """
     if resume:
         out_dir = Path(resume)
+        stored, bank_path = runs.run_directory(out_dir)
         try:
-            stored = json.loads((out_dir / "config.json").read_text())
-            resumed = BenchConfig(**stored["config"])
-            bank_path, run_id = stored["bank"], stored["run_id"]
-        except (OSError, ValueError, KeyError, TypeError):
+            resumed, run_id = BenchConfig(**stored["config"]), stored["run_id"]
+        except (KeyError, TypeError):
             raise MemrlError(f"{resume} is not a run directory (no readable config.json)") from None
         if resumed.benchmark != config.benchmark:
             raise MemrlError(f"{resume} is a run of {resumed.benchmark!r}, not {config.benchmark!r}")
