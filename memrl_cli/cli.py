@@ -1097,9 +1097,9 @@ def _render_utility(d: dict[str, Any]) -> None:
           f"Spearman ρ overall {rho(d['overall']['spearman'])} over {d['overall']['selections']} selections")
     rows = [{"epoch": e["epoch"], "selections": e["selections"], "spearman": rho(e["spearman"]),
              **{f"Q [{b['low']:+.1f},{b['high']:+.1f})": "-" if b["success_rate"] is None
-                else f"{b['success_rate']:.2f} ({b['selections']})" for b in e["bins"]}} for e in d["epochs"]]
-    if rows:
-        table(rows, list(rows[0]), "success rate of the episodes, by the Q of the memory selected for them (count)")
+                else f"{b['success_rate']:.2f} ({b['selections']})" for b in e["bins"]}}
+            for e in [*d["epochs"], {**d["overall"], "epoch": "all"}]]
+    table(rows, list(rows[0]), "success rate of the episodes, by the Q of the memory selected for them (count)")
 
 
 def _render_report(d: dict[str, Any]) -> None:
