@@ -4,14 +4,17 @@ shown, the synthetic testbed's scenarios (through the real harness, no LLM), and
 from __future__ import annotations
 
 import json
+from statistics import mean
 
 import numpy as np
 import pytest
 
 from memrl_bench.framework.config import METHODS, SELECTORS, BenchConfig
 from memrl_bench.framework.harness import run_benchmark
-from benchmarks.learning.oracle import expected_ceiling, oracle_pick
-from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
+from benchmarks.learning.contest import ENDPOINTS, print_report, report, room, room_verdict
+from benchmarks.learning.play import play
+from benchmarks.learning.synthetic import (CHANGE_EPOCH, PLANT_EPOCH, PLANTED, SCENARIOS, Synthetic, choose, planter,
+                                           plants, utility)
 from benchmarks.learning.table import ADAPTER, NO_LLM, _pm, mean_se, non_inferiority, run
 from memrl_cli.bank import MemoryBank
 from memrl_cli.method.retrieval import RetrieveParams
@@ -169,33 +172,216 @@ def test_known_utilities():
     assert {t.meta["kind"] for t in Synthetic(scenario="e").tasks("train")} == {f"t{i}" for i in range(6)}
 
 
-def test_oracle_shows_useful_memories_never_a_trap_and_always_something_new():
+def test_utilities_of_the_new_regimes():
+    """f copies its own failures; r's own failures help and a look-alike's mislead; s's passes from the other
+    world mislead; p's planted records mislead their target only."""
+    f0, r0, p0 = (Synthetic(scenario=x).tasks("train")[0] for x in "frp")  # each: put the apple in the drawer 1
+    assert utility("f", f0, "episode of f0 (kind t0): FAIL") == -1
+    assert utility("f", f0, "episode of f0 (kind t0): PASS") == 1
+    assert utility("f", f0, "episode of f12 (kind t12): FAIL") == 0
+    assert utility("r", r0, "episode of r0 (kind t0): FAIL") == 1
+    assert utility("r", r0, "episode of r12 (kind t12): FAIL") == -1  # the apple in the cabinet 1: a look-alike
+    assert utility("r", r0, "episode of r1 (kind t1): FAIL") == 0
+    s0 = Synthetic(scenario="s").tasks("train")[0]  # heat the apple; s6 is another heat task (its kind)
+    assert utility("s", s0, "episode of s6 (kind heat, world 0): PASS", now=0) == 1
+    assert utility("s", s0, "episode of s6 (kind heat, world 0): PASS", now=1) == -1
+    assert utility("s", s0, "episode of s6 (kind heat, world 1): PASS", now=1) == 1
+    [(intent, planted), *_] = plants("p")
+    assert intent == p0.query and utility("p", p0, planted) == -1
+    assert utility("p", Synthetic(scenario="p").tasks("train")[2], planted) == 0
+    assert len(plants("p")) == 12 * PLANTED and plants("a") == []
+
+
+def success_rate(scenario: str, task_index: int, shown: list[str], attempts: int = 400) -> float:
+    """The scripted agent's success rate at one task over `attempts` episode seeds (its real luck), showing these
+    memories."""
+    adapter = Synthetic(scenario=scenario, luck_seed=1)
+    task = adapter.tasks("train")[task_index]
+    memories = [{"id": i + 1, "experience": text} for i, text in enumerate(shown)]
+    return mean(adapter.run_episode(task, memories, None, seed).success for seed in range(attempts))  # type: ignore[arg-type]
+
+
+def test_in_r_the_same_tasks_failure_reflection_raises_success():
+    """r (Reflexion): showing the task's own failed attempt raises success from p0 to p_good; a look-alike's
+    failure (the same object, another place) misleads; a stranger's failure changes nothing."""
+    p0, p_good = SCENARIOS["r"]
+    alone = success_rate("r", 0, [])
+    assert alone == pytest.approx(p0, abs=0.05)
+    assert success_rate("r", 0, ["episode of r0 (kind t0): FAIL"]) == pytest.approx(p_good, abs=0.05)
+    assert success_rate("r", 0, ["episode of r12 (kind t12): FAIL"]) == 0.0
+    assert success_rate("r", 0, ["episode of r1 (kind t1): FAIL"]) == alone
+
+
+def test_in_f_copying_a_failed_record_lowers_success():
+    """f (experience-following): the task's own failed attempt, shown, is copied and fails; its pass helps; in a
+    (the same stream) the same failure is neutral."""
+    alone = success_rate("f", 0, [])
+    assert alone > 0.05
+    assert success_rate("f", 0, ["episode of f0 (kind t0): FAIL"]) == 0.0
+    assert success_rate("f", 0, ["episode of f0 (kind t0): PASS", "episode of f0 (kind t0): FAIL"]) == 0.0
+    assert success_rate("f", 0, ["episode of f0 (kind t0): PASS"]) > 0.8
+    assert success_rate("a", 0, ["episode of a0 (kind t0): FAIL"]) == success_rate("a", 0, [])
+
+
+def test_the_judges_see_the_whole_bank_or_phase_as_candidates():
+    """`oracle` is rag over every memory (no threshold) showing k2; the others rag's k1 candidates, showing k2."""
+    from benchmarks.learning.oracle import WHOLE_BANK, judge_settings
+
+    assert judge_settings("oracle", 5, 3, 0.3) == ({"method": "rag", "k1": WHOLE_BANK, "k2": WHOLE_BANK,
+                                                     "threshold": -1.0}, {"chooser": "oracle", "show": 3})
+    for judge in ("oracle-recall", "no-failures", "newest"):
+        chooser = "oracle" if judge == "oracle-recall" else judge
+        assert judge_settings(judge, 5, 3, 0.3) == ({"method": "rag", "k1": 5, "k2": 5, "threshold": 0.3},
+                                                    {"chooser": chooser, "show": 3})
+    with pytest.raises(ValueError, match="unknown judge"):
+        judge_settings("memrl", 5, 3, 0.3)
+
+
+def test_choosers_pick_by_their_rule():
+    """The oracle shows the useful memories, newest first, never a trap (here: no neutral one either);
+    `no-failures` keeps the harness's order without failed episodes; `newest` the highest ids."""
     task = Synthetic(scenario="c").tasks("train")[0]  # c0-0, kind heat-0; c6-0 is its kin, c0-1 its twin
-    memories = [(1, "episode of c6-0 (kind heat-0): PASS"), (2, "episode of c0-1 (kind heat-1): PASS"),
-                (3, "episode of c6-0 (kind heat-0): PASS"), (4, "episode of c0-0 (kind heat-0): FAIL"),
-                (5, "episode of c6-0 (kind heat-0): PASS"), (6, "episode of c3-0 (kind slice-0): PASS")]
-    assert oracle_pick("c", task, memories, 3) == [5, 3, 6]  # newest useful, then the newest other; never 2
-    assert oracle_pick("c", task, memories[:2], 3) == [1]
-    assert oracle_pick("c", task, [], 3) == []
+    memories = [{"id": i, "experience": text, "outcome": "failure" if "FAIL" in text else "success"} for i, text in [
+        (1, "episode of c6-0 (kind heat-0): PASS"), (2, "episode of c0-1 (kind heat-1): PASS"),
+        (3, "episode of c6-0 (kind heat-0): PASS"), (4, "episode of c0-0 (kind heat-0): FAIL"),
+        (6, "episode of c3-0 (kind slice-0): PASS")]]
+    ids = lambda chosen: [m["id"] for m in chosen]  # noqa: E731
+    assert ids(choose("oracle", "c", task, memories, 3)) == [3, 1]
+    assert ids(choose("no-failures", "c", task, memories, 3)) == [1, 2, 3]
+    assert ids(choose("newest", "c", task, memories, 3)) == [6, 4, 3]
 
 
-def test_expected_ceiling_of_query_specific_utility_is_the_closed_form():
-    p0, p_good = SCENARIOS["a"]
-    assert expected_ceiling("a", trials=4000)[6] == pytest.approx(1 - (1 - p0) ** 6, abs=0.01)  # 0.469
-    fresh = p0 + (p_good - p0) * (1 - (1 - p0) ** 5)  # 0.428: no replay, one fresh draw per earlier epoch
-    assert expected_ceiling("a", trials=4000, replay=False)[6] == pytest.approx(fresh, abs=0.01)
+def test_the_oracle_is_the_ceiling_through_the_harness(tmp_path):
+    """Through the real harness with the same luck: the oracle over the whole bank is at or above rag in every epoch
+    of scenario f (where rag copies failures), and its recall-bound twin is between them."""
+    runs = {m: play("f", m, 3, str(tmp_path), {"epochs": 3}) for m in ("rag", "oracle-recall", "oracle")}
+    for e in (1, 2, 3):
+        assert runs["oracle"]["accuracy"][e] >= runs["oracle-recall"]["accuracy"][e] >= runs["rag"]["accuracy"][e]
+    assert runs["oracle"]["accuracy"][3] > runs["rag"]["accuracy"][3]
 
 
-def test_oracle_wins_again_every_task_it_won(tmp_path):
-    ceiling = run("a", "oracle", 0, 3, str(tmp_path))
-    assert ceiling["rates"]["existed"] > 0  # in a, a useful memory exists exactly when the task was won before
-    assert ceiling["accuracy"][3] >= ceiling["rates"]["existed"] == ceiling["rates"]["recalled"]  # replayed wins
-    assert not list(tmp_path.iterdir())  # its bank was temporary
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_whole_bank_oracle_is_at_or_above_rag_in_every_scenario(tmp_path, scenario):
+    """With the same luck per attempt, the oracle over the whole bank wins every episode rag wins (so every epoch's
+    accuracy is at or above rag's), and at or above the oracle over Phase A's candidates."""
+    runs = {m: play(scenario, m, 101, str(tmp_path), {"epochs": 4}) for m in ("rag", "oracle-recall", "oracle")}
+    for e in range(1, 5):
+        assert runs["oracle"]["accuracy"][e] >= runs["oracle-recall"]["accuracy"][e]
+        assert runs["oracle"]["accuracy"][e] >= runs["rag"]["accuracy"][e]
+
+
+def test_planted_records_enter_the_bank_at_the_methods_initial_q(tmp_path):
+    """p: before epoch PLANT_EPOCH the attacker's records are in the bank (intent = their target's), claiming a
+    pass, at the initial Q of a success under the run's settings (here 0.4, a failure's being 0.1)."""
+    summary = play("p", "memrl+q_init={success: 0.4, failure: 0.1}", 1, str(tmp_path), {"epochs": PLANT_EPOCH})
+    with MemoryBank(summary["bank"], index="numpy") as bank:
+        rows = bank.conn.execute("SELECT intent, outcome, q, visits FROM memories WHERE source = 'planted' "
+                                 "ORDER BY id").fetchall()
+        first_seen = bank.conn.execute(  # each planted record's Q the first time recall saw it
+            "SELECT c.q FROM retrieval_candidates c JOIN memories m ON m.id = c.memory_id WHERE m.source = 'planted' "
+            "AND c.retrieval_id = (SELECT MIN(retrieval_id) FROM retrieval_candidates WHERE memory_id = m.id)"
+        ).fetchall()
+        episodes_before = bank.conn.execute("SELECT COUNT(*) FROM memories WHERE source != 'planted' AND id < ?",
+                                            (bank.conn.execute("SELECT MIN(id) FROM memories WHERE source = "
+                                                               "'planted'").fetchone()[0],)).fetchone()[0]
+    assert [r[0] for r in rows] == [intent for intent, _ in plants("p")]
+    assert {r[1] for r in rows} == {"success"} and episodes_before == 24 * (PLANT_EPOCH - 1)
+    assert len(first_seen) == len(rows) and {q for (q,) in first_seen} == {0.4}  # recalled at Q_init
+    assert any(q != 0.4 for _, _, q, _ in rows)  # then rewarded: the method learns from them as from its own
+
+
+def test_the_planter_writes_at_the_q_it_is_given_when_its_epoch_starts(tmp_path):
+    """The attacker writes `plants` into the bank at the start of epoch PLANT_EPOCH only, at the Q it is given."""
+    path = str(tmp_path / "bank.db")
+    MemoryBank(path, "external:test:8").close()
+    MemoryBank(path, create=False).close()
+    plant = planter("p", path, 0.37)
+    plant("epoch", {"epoch": PLANT_EPOCH - 1})
+    plant("episode", {"epoch": PLANT_EPOCH})
+    with MemoryBank(path, create=False) as bank:
+        assert bank.conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0] == 0
+    plant("epoch", {"epoch": PLANT_EPOCH})
+    with MemoryBank(path, create=False) as bank:
+        rows = bank.conn.execute("SELECT q, outcome, source FROM memories").fetchall()
+    assert len(rows) == len(plants("p")) and set(rows) == {(0.37, "success", "planted")}
+    planter("a", path, 0.37)("epoch", {"epoch": PLANT_EPOCH})  # no attacker in other scenarios
+    with MemoryBank(path, create=False) as bank:
+        assert bank.conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0] == len(plants("p"))
+
+
+def test_the_environment_changes_in_s_at_its_epoch():
+    """s finds an episode's epoch from its seed (the run's seed is the luck seed), and refuses a seed of another run."""
+    from memrl_bench.framework.sampling import episode_seed
+
+    adapter = Synthetic(scenario="s", luck_seed=5)
+    assert adapter.epoch(episode_seed(5, "train", "train", CHANGE_EPOCH, 3)) == CHANGE_EPOCH
+    assert adapter.epoch(episode_seed(5, "eval", "heldout", 2, 0)) == 2
+    with pytest.raises(ValueError, match="luck_seed"):
+        adapter.epoch(episode_seed(6, "train", "train", 1, 0))
+    task = adapter.tasks("train")[0]
+    stale = [{"id": 1, "experience": "episode of s6 (kind heat, world 0): PASS"}]
+    seed = episode_seed(5, "train", "train", CHANGE_EPOCH, 0)
+    assert adapter.run_episode(task, stale, None, seed).info["trap_shown"]  # type: ignore[arg-type]
+    seed = episode_seed(5, "train", "train", CHANGE_EPOCH - 1, 0)
+    assert adapter.run_episode(task, stale, None, seed).info["useful_shown"]  # type: ignore[arg-type]
+
+
+def rows_of(values: dict[str, dict[str, list[float]]], seeds: int = 4) -> list[dict]:
+    """Results rows (scenario → method → accuracy per epoch), the same curve on every seed but for a small wobble
+    of every method but rag in scenario x."""
+    return [{"scenario": scenario, "method": method, "seed": seed, "heldout_before": 0.0, "heldout_after": 0.0,
+             "csr": 0.0, "accuracy": [a + 0.01 * (seed % 2) * (method != "rag" and scenario == "x") for a in curve]}
+            for scenario, curves in values.items() for method, curve in curves.items() for seed in range(seeds)]
+
+
+def test_auc_is_the_mean_accuracy_over_the_epochs():
+    assert ENDPOINTS["auc"]({"accuracy": [0.1, 0.2, 0.6]}) == pytest.approx(0.3)
+    assert ENDPOINTS["last_epoch"]({"accuracy": [0.1, 0.2, 0.6]}) == 0.6
+    declaration = {"scenarios": ["x"], "methods": ["rag"], "testbed": {"epochs": 3}}
+    got = report(declaration, rows_of({"x": {"rag": [0.1, 0.2, 0.6]}}))["by_scenario"]["x"]["rag"]
+    assert got["auc"]["mean"] == pytest.approx(0.3) and got["last_epoch"]["mean"] == pytest.approx(0.6)
+
+
+def test_a_scenario_without_room_is_reported_as_no_room_and_not_averaged(capsys):
+    """x: the ceiling is above rag on every seed (room); y: the ceiling equals rag (no room). The mean room is
+    x's alone, and the report says y has none."""
+    declaration = {"name": "t", "scenarios": ["x", "y"], "methods": ["rag", "oracle"], "testbed": {"epochs": 2},
+                   "room": {"reference": "rag", "ceilings": ["oracle"], "threshold": 0.02}}
+    results = rows_of({"x": {"rag": [0.2, 0.4], "oracle": [0.4, 0.8]}, "y": {"rag": [0.3, 0.5], "oracle": [0.3, 0.5]}})
+    found = room(declaration["room"], results, ["x", "y"])["oracle"]
+    for endpoint, gap in (("last_epoch", 0.4), ("auc", 0.3)):
+        assert found[endpoint]["with_room"] == ["x"] and found[endpoint]["no_room"] == ["y"]
+        assert not found[endpoint]["cells"]["y"]["has_room"] and found[endpoint]["cells"]["y"]["mean"] == 0.0
+        assert found[endpoint]["mean_room"]["mean"] == pytest.approx(gap + 0.005)  # x only, not (x + y) / 2
+    assert room({**declaration["room"], "threshold": 0.5}, results, ["x", "y"])["oracle"]["auc"]["mean_room"] is None
+    print_report(declaration, report(declaration, results), [0, 1, 2, 3])
+    printed = capsys.readouterr().out
+    assert "| y | +0.000 [+0.000, +0.000] | no room |" in printed
+    assert "room in x; no room in y (not averaged)" in printed
+
+
+def test_room_rule_asks_for_half_the_room_or_non_inferiority():
+    """Where the ceiling leaves room, the method must capture half of it (interval above); where it leaves
+    none, it must be non-inferior within the margin."""
+    rows = []
+    for seed in range(6):
+        wobble = 0.01 * (seed % 3 - 1)
+        for scenario, (rag, method, ceiling) in {"x": (0.3, 0.5 + wobble, 0.6), "y": (0.4, 0.4 + wobble, 0.4)}.items():
+            rows += [{"scenario": scenario, "method": m, "seed": seed, "accuracy": [v, v]}
+                     for m, v in (("rag", rag), ("new", method), ("oracle", ceiling))]
+    rule = {"name": "t", "claim": "t", "kind": "room", "method": "new", "reference": "rag", "ceiling": "oracle",
+            "endpoints": ["last_epoch", "auc"], "scenarios": ["x", "y"], "room": 0.02, "margin": 0.01, "share": 0.5}
+    got = room_verdict(rule, rows)
+    assert got["outcome"] == "holds" and [c["has_room"] for c in got["cells"]] == [True, True, False, False]
+    assert got["cells"][0]["captured"] == pytest.approx(2 / 3)
+    assert room_verdict({**rule, "share": 0.8}, rows)["outcome"] == "fails"
+
+
+@pytest.mark.parametrize("scenario", list("abcde"))
 def test_scenario_learns_through_the_harness(tmp_path, scenario):
-    """Every scenario runs end to end (seeded, so deterministic); the paper's method beats no memory."""
+    """Every scenario of Contest 1 runs end to end (seeded, so deterministic); the paper's method beats no memory.
+    (In the regimes f, s, p and r a memory can mislead: there the method need not beat none.)"""
     learned = run(scenario, "memrl", 0, 4, str(tmp_path))
     baseline = run(scenario, "none", 0, 4, str(tmp_path))
     assert learned["accuracy"][4] >= baseline["accuracy"][4] + 0.1, (learned["accuracy"], baseline["accuracy"])

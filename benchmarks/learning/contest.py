@@ -10,9 +10,12 @@ harness (`run_benchmark`: the same retrieval, tie rule, rewards, receipts and re
 with luck drawn per attempt (the same draws for every method), evaluates the held-out split before
 training and after the last epoch (the paper's transfer setting), then prints per epoch each method's
 mean accuracy ± its 95% interval over seeds, the paired differences of the declared comparisons with
-their intervals, the held-out accuracies, and the verdicts the declared rules give; `--plot` draws the
-learning curves with their bands in one PNG. `--seeds` overrides the declared seeds (for a smoke run; a
-result is the declaration's only with its own seeds).
+their intervals, the held-out accuracies, each scenario's last-epoch accuracy and area under the learning
+curve (AUC: the mean accuracy over the epochs), and the verdicts the declared rules give. A declaration's
+`room` names a reference and ceilings (the judges of benchmarks/learning/oracle.py): the report then says,
+per scenario, whether each ceiling leaves room above the reference, and averages the room over the
+scenarios that have some only. `--plot` draws the learning curves with their bands in one PNG. `--seeds`
+overrides the declared seeds (for a smoke run; a result is the declaration's only with its own seeds).
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from typing import Any
 
 import yaml
 
-from benchmarks.learning.table import NO_LLM, parse_seeds
+from benchmarks.learning.oracle import WHOLE_BANK as JUDGE_WHOLE_BANK
+from benchmarks.learning.play import ADAPTER, play
+from benchmarks.learning.table import parse_seeds
 from memrl_bench.framework.config import HARNESS_DEPARTURES, RECALL_SWITCHES, BenchConfig
-from memrl_bench.framework.harness import run_benchmark
 
-ADAPTER = "benchmarks.learning.synthetic:Synthetic"
 SWITCHES = [*RECALL_SWITCHES, *HARNESS_DEPARTURES]  # a run's departure switches (the selector goes with its method)
 OFF = {k: getattr(BenchConfig(benchmark=ADAPTER), k) for k in SWITCHES}  # each one's value when off: the defaults
 T_QUANTILES = {  # Student's t for a two-sided interval of this confidence, by degrees of freedom (standard tables)
@@ -62,21 +65,10 @@ def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
     return {"mean": m, "low": m - half, "high": m + half, "n": len(values)}
 
 
-def variant(method: str) -> tuple[str, dict[str, Any]]:
-    """A contestant's method and departure switches: `memrl`, or `memrl+recall=groups+sim_stats=bank` (values as YAML)."""
-    name, *switches = method.split("+")
-    settings = {key: yaml.safe_load(value) for key, _, value in (s.partition("=") for s in switches)}
-    return name, settings
-
-
 def run_one(scenario: str, method: str, seed: int, testbed: dict[str, Any], runs_dir: str) -> dict[str, Any]:
-    """One run through the harness: training accuracy per epoch and held-out accuracy before and after."""
-    name, switches = variant(method)
-    config = BenchConfig(benchmark=ADAPTER, method=name, epochs=testbed["epochs"], batch_size=testbed["batch_size"],
-                         k1=testbed["k1"], k2=testbed["k2"], threshold=testbed["threshold"], seed=seed,
-                         eval_splits=["heldout"], eval_every=testbed["epochs"],
-                         options={"scenario": scenario, "luck_seed": seed, "luck": "attempt"}, **switches)
-    summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0)
+    """One run through the harness (`play.play`): training accuracy per epoch and held-out accuracy before and
+    after. `method` may be a judge of benchmarks/learning/oracle.py (a ceiling or a fixed rule)."""
+    summary = play(scenario, method, seed, runs_dir, testbed, heldout=True)
     heldout = summary["eval_accuracy"].get("heldout", {})
     return {"scenario": scenario, "method": method, "seed": seed,
             "accuracy": [summary["accuracy"][e] for e in range(1, testbed["epochs"] + 1)],
@@ -94,7 +86,10 @@ def results_of(runs_dir: str | Path, epochs: int) -> list[dict[str, Any]]:
         heldout = summary["eval_accuracy"].get("heldout", {})
         switches = "".join(f"+{k}={v if isinstance(v, str) else json.dumps(v)}" for k in SWITCHES
                            if (v := config.get(k, OFF[k])) != OFF[k])  # as the declaration names them
-        rows.append({"scenario": config["options"]["scenario"], "method": config["method"] + switches,
+        chooser = config["options"].get("chooser")
+        judge = None if chooser is None else "oracle-recall" if chooser == "oracle" and config["k1"] == config["k2"] \
+            and config["k1"] < JUDGE_WHOLE_BANK else chooser
+        rows.append({"scenario": config["options"]["scenario"], "method": judge or config["method"] + switches,
                      "seed": config["seed"],
                      "accuracy": [summary["accuracy"][str(e)] for e in range(1, epochs + 1)],
                      "csr": summary["csr"][str(epochs)],
@@ -116,10 +111,17 @@ def run_all(declaration: dict[str, Any], seeds: list[int], runs_dir: str, jobs: 
         return list(pool.map(_run_job, work))
 
 
+ENDPOINTS = {  # a run's value of each endpoint
+    "last_epoch": lambda r: r["accuracy"][-1],
+    "auc": lambda r: mean(r["accuracy"]),  # the area under the learning curve, per epoch: the mean over epochs
+    "heldout": lambda r: r["heldout_after"],
+    "csr": lambda r: r["csr"],
+}
+
+
 def per_seed(results: list[dict[str, Any]], method: str, endpoint: str, scenarios: list[str]) -> dict[int, float]:
-    """A method's value of `endpoint` per seed, averaged over `scenarios` (last_epoch, heldout, csr)."""
-    key = {"last_epoch": lambda r: r["accuracy"][-1], "heldout": lambda r: r["heldout_after"],
-           "csr": lambda r: r["csr"]}[endpoint]
+    """A method's value of `endpoint` per seed, averaged over `scenarios` (`ENDPOINTS`)."""
+    key = ENDPOINTS[endpoint]
     by_seed: dict[int, list[float]] = {}
     for r in results:
         if r["method"] == method and r["scenario"] in scenarios:
@@ -157,8 +159,54 @@ def verdict(rule: dict[str, Any], results: list[dict[str, Any]], scenarios: list
     return {"name": rule["name"], "claim": rule["claim"], "outcome": outcome, "comparisons": comparisons}
 
 
+def room_verdict(rule: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A declared rule of `kind: room` applied, per scenario and endpoint: where the ceiling leaves room over the
+    reference (the lower end of ceiling − reference's interval above `room`), the method must capture at least
+    `share` of it (the lower end of method − reference − share × (ceiling − reference) above 0); where it leaves
+    none, the method must be non-inferior to the reference (the lower end of method − reference above −`margin`).
+    The rule holds when every cell does."""
+    confidence = rule.get("confidence", 0.95)
+    method, ref, ceiling, share = rule["method"], rule["reference"], rule["ceiling"], rule["share"]
+    cells = []
+    for scenario in rule["scenarios"]:
+        for endpoint in rule["endpoints"]:
+            values = {m: per_seed(results, m, endpoint, [scenario]) for m in (method, ref, ceiling)}
+            seeds = sorted(set.intersection(*(set(v) for v in values.values())))
+            room = interval([values[ceiling][s] - values[ref][s] for s in seeds], confidence)
+            gain = interval([values[method][s] - values[ref][s] for s in seeds], confidence)
+            has_room = room["low"] > rule["room"]
+            test = interval([values[method][s] - values[ref][s] - share * (values[ceiling][s] - values[ref][s])
+                             for s in seeds], confidence) if has_room else gain
+            holds = test["low"] > 0 if has_room else test["low"] > -rule["margin"]
+            captured = gain["mean"] / room["mean"] if room["mean"] > 0 else None
+            cells.append({"scenario": scenario, "endpoint": endpoint, "room": room, "has_room": has_room,
+                          "gain": gain, "test": test, "captured": captured, "holds": holds})
+    return {"name": rule["name"], "claim": rule["claim"], "outcome": "holds" if all(c["holds"] for c in cells)
+            else "fails", "cells": cells}
+
+
+def room(spec: dict[str, Any], results: list[dict[str, Any]], scenarios: list[str]) -> dict[str, Any]:
+    """The room each ceiling leaves over the reference (a declaration's `room`: `reference`, `ceilings`,
+    `threshold`), per endpoint: per scenario, ceiling − reference paired over seeds (95% interval) and whether the
+    scenario has room (the interval's lower end above `threshold`). Scenarios without room are listed as such and
+    left out of the mean room, which is over the scenarios with room only (None when none has any)."""
+    reference, threshold = spec["reference"], spec["threshold"]
+    found: dict[str, Any] = {}
+    for ceiling in spec["ceilings"]:
+        for endpoint in ("last_epoch", "auc"):
+            cells = {s: paired(results, ceiling, reference, endpoint, [s], 0.95) for s in scenarios}
+            with_room = [s for s in scenarios if cells[s]["low"] > threshold]
+            found.setdefault(ceiling, {})[endpoint] = {
+                "cells": {s: {**c, "has_room": s in with_room} for s, c in cells.items()},
+                "with_room": with_room, "no_room": [s for s in scenarios if s not in with_room],
+                "mean_room": paired(results, ceiling, reference, endpoint, with_room, 0.95) if with_room else None}
+    return found
+
+
 def report(declaration: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per scenario and method: accuracy per epoch and held-out accuracy with intervals; the declared verdicts."""
+    """Per scenario and method: accuracy per epoch and held-out accuracy with intervals, last-epoch accuracy and
+    AUC per scenario, the declared pairs' differences, the room left by the ceilings (a declaration's `room`) and
+    the declared verdicts."""
     scenarios, methods = declaration["scenarios"], declaration["methods"]
     table: dict[str, Any] = {}
     for scenario in scenarios:
@@ -169,12 +217,17 @@ def report(declaration: dict[str, Any], results: list[dict[str, Any]]) -> dict[s
                 "heldout_before": interval([r["heldout_before"] for r in rows]),
                 "heldout_after": interval([r["heldout_after"] for r in rows]),
                 "csr": interval([r["csr"] for r in rows])}
-    overall = {m: {e: interval(list(per_seed(results, m, e, scenarios).values())) for e in ("last_epoch", "heldout")}
+    overall = {m: {e: interval(list(per_seed(results, m, e, scenarios).values())) for e in ("last_epoch", "auc", "heldout")}
                for m in methods}
-    differences = {f"{a} - {b}": {s: paired(results, a, b, "last_epoch", [s], 0.95) for s in scenarios}
+    by_scenario = {s: {m: {e: interval(list(per_seed(results, m, e, [s]).values())) for e in ("last_epoch", "auc")}
+                       for m in methods} for s in scenarios}
+    differences = {f"{a} - {b}": {e: {s: paired(results, a, b, e, [s], 0.95) for s in scenarios}
+                                  for e in ("last_epoch", "auc")}
                    for a, b in declaration.get("report_pairs", [])}
-    return {"table": table, "overall": overall, "differences": differences,
-            "verdicts": [verdict(rule, results, scenarios) for rule in declaration.get("rules", [])]}
+    return {"table": table, "overall": overall, "by_scenario": by_scenario, "differences": differences,
+            "room": room(declaration["room"], results, scenarios) if "room" in declaration else {},
+            "verdicts": [room_verdict(rule, results) if rule.get("kind") == "room" else verdict(rule, results, scenarios)
+                         for rule in declaration.get("rules", [])]}
 
 
 def plot(declaration: dict[str, Any], summary: dict[str, Any], path: str) -> None:
@@ -218,15 +271,48 @@ def print_report(declaration: dict[str, Any], summary: dict[str, Any], seeds: li
         print(f"| {scenario} | {method} | " + " | ".join(f"{c['mean']:.3f} ±{c['high'] - c['mean']:.3f}"
                                                         for c in cell["accuracy"])
               + f" | {cell['heldout_before']['mean']:.3f} | {cell['heldout_after']['mean']:.3f} |")
+    print("\nper scenario, last-epoch accuracy and the area under the curve (mean accuracy over the epochs):\n")
+    print("| scenario | " + " | ".join(methods) + " |\n|---|" + "---|" * len(methods))
+    for scenario, cells in summary["by_scenario"].items():
+        for endpoint in ("last_epoch", "auc"):
+            print(f"| {scenario} {endpoint} | " + " | ".join(f"{cells[m][endpoint]['mean']:.3f}" for m in methods) + " |")
     print("\nmean over the scenarios, per seed, then over seeds:\n")
-    print("| method | last-epoch accuracy | held-out accuracy after training |\n|---|---|---|")
+    print("| method | last-epoch accuracy | area under the curve | held-out accuracy after training |\n|---|---|---|---|")
     for m in methods:
         o = summary["overall"][m]
-        print(f"| {m} | {_fmt(o['last_epoch'])} | {_fmt(o['heldout'])} |")
-    for pair, by_scenario in summary["differences"].items():
-        print(f"\nlast-epoch accuracy, paired {pair}: " + ", ".join(f"{s} {_fmt(c)}" for s, c in by_scenario.items()))
-    print("\nverdicts (declared rules):")
+        print(f"| {m} | {_fmt(o['last_epoch'])} | {_fmt(o['auc'])} | {_fmt(o['heldout'])} |")
+    pairs = list(summary["differences"])
+    for endpoint in ("last_epoch", "auc") if pairs else ():
+        print(f"\npaired differences, {endpoint}, per scenario (95% interval over seeds):\n")
+        print("| scenario | " + " | ".join(pairs) + " |\n|---|" + "---|" * len(pairs))
+        for s in declaration["scenarios"]:
+            print(f"| {s} | " + " | ".join(_fmt(summary["differences"][p][endpoint][s]) for p in pairs) + " |")
+    for ceiling, by_endpoint in summary["room"].items():
+        spec = declaration["room"]
+        print(f"\nroom: {ceiling} - {spec['reference']} per scenario; room where the interval's lower end is above "
+              f"{spec['threshold']}:\n")
+        print("| scenario | last epoch | | area under the curve | |\n|---|---|---|---|---|")
+        for s in declaration["scenarios"]:
+            cells = [by_endpoint[e]["cells"][s] for e in ("last_epoch", "auc")]
+            print(f"| {s} | " + " | ".join(f"{_fmt(c)} | {'room' if c['has_room'] else 'no room'}" for c in cells)
+                  + " |")
+        for endpoint, found in by_endpoint.items():
+            mean_room = "none" if found["mean_room"] is None else _fmt(found["mean_room"])
+            print(f"- {endpoint}: room in {', '.join(found['with_room']) or 'no scenario'}; no room in "
+                  f"{', '.join(found['no_room']) or 'no scenario'} (not averaged); mean room over the scenarios "
+                  f"with room: {mean_room}")
+    print("\nverdicts (declared rules):" if summary["verdicts"] else "\nno declared rules")
     for v in summary["verdicts"]:
+        if "cells" in v:
+            print(f"- {v['name']}: {v['outcome'].upper()} ({v['claim']})")
+            print("\n| scenario | endpoint | room: ceiling - reference | method - reference | captured | test | verdict |"
+                  "\n|---|---|---|---|---|---|---|")
+            for c in v["cells"]:
+                captured = "" if c["captured"] is None else f"{c['captured']:.0%}"
+                kind = "capture" if c["has_room"] else "no room: non-inferior"
+                print(f"| {c['scenario']} | {c['endpoint']} | {_fmt(c['room'])} | {_fmt(c['gain'])} | {captured} | "
+                      f"{kind} {_fmt(c['test'])} | {'holds' if c['holds'] else 'FAILS'} |")
+            continue
         comps = "; ".join(f"{k} {_fmt(c)}" for k, c in v["comparisons"].items())
         print(f"- {v['name']}: {v['outcome'].upper()} ({v['claim']}; {comps})")
 

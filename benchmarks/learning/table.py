@@ -7,8 +7,9 @@ Prints, per scenario and method, last-epoch accuracy (mean over seeds ± its sta
 paired difference with `memrl` and with `rag` on the same seeds (mean ± standard error), CSR and,
 from the receipts of the last epoch, how often a useful memory existed in the bank, was recalled
 (Phase A) and was selected (Phase B). Each seed seeds the harness and the agent's luck. The methods
-may include `oracle` and `oracle-recall`, the ceilings of benchmarks/learning/oracle.py (they read
-the true utility: measurement devices, not methods). With `--margin M` it also prints, for every
+may include the judges of benchmarks/learning/oracle.py (`oracle`, `oracle-recall`: the ceilings, which
+read the true utility; `no-failures`, `newest`: two fixed rules): measurement devices, not methods.
+With `--margin M` it also prints, for every
 method paired with `memrl` or `rag`, whether it is non-inferior on each scenario: the lower end of
 its paired difference's confidence interval (mean − 2 standard errors, about 95%) above −M.
 """
@@ -23,35 +24,31 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
-from memrl_bench.framework.config import METHODS, BenchConfig
-from memrl_bench.framework.harness import run_benchmark
-from benchmarks.learning.oracle import ORACLES, run_oracle
-from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility
+from benchmarks.learning.play import ADAPTER, NO_LLM, play
+from benchmarks.learning.synthetic import SCENARIOS, Synthetic, utility, world
+from memrl_bench.framework.config import METHODS
 from memrl_cli.bank import MemoryBank
-from memrl_bench.framework.llm import LLMSettings
 
-ADAPTER = "benchmarks.learning.synthetic:Synthetic"
-NO_LLM = LLMSettings(model="none", base_url="http://127.0.0.1:9/v1", api_key="none")  # never called
+__all__ = ["ADAPTER", "NO_LLM", "run", "table"]
 
 
 def run(scenario: str, method: str, seed: int, epochs: int, runs_dir: str, k2: int = 3) -> dict[str, Any]:
-    """One run through `run_benchmark`; its summary plus the useful-memory rates of its last epoch.
+    """One run through `run_benchmark` (`play.play`); its summary plus the useful-memory rates of its last epoch.
 
-    `oracle` and `oracle-recall` are measurement devices (benchmarks/learning/oracle.py), not methods."""
-    if method in ORACLES:
-        return run_oracle(scenario, method, seed, epochs, runs_dir, k2)
-    config = BenchConfig(benchmark=ADAPTER, method=method, epochs=epochs, batch_size=8, k2=k2, threshold=0.3,
-                         seed=seed, options={"scenario": scenario, "luck_seed": seed})
-    summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0)
-    summary["rates"] = useful_rates(Path(runs_dir) / summary["run_id"], summary["run_id"], scenario, epochs)
+    The judges (`oracle`, `oracle-recall`, `no-failures`, `newest`: benchmarks/learning/oracle.py) are
+    measurement devices, not methods; their rates are not counted (their receipts list every candidate)."""
+    summary = play(scenario, method, seed, runs_dir, {"epochs": epochs, "k2": k2})
+    summary["rates"] = dict.fromkeys(("existed", "recalled", "selected"), math.nan) if summary["judge"] else \
+        useful_rates(Path(summary["bank"]), summary["run_id"], scenario, epochs)
     return summary
 
 
-def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[str, float]:
+def useful_rates(bank_path: Path, run_id: str, scenario: str, epoch: int) -> dict[str, float]:
     """Share of `epoch`'s episodes where a useful memory existed, was recalled, was selected (from receipts)."""
     adapter = Synthetic(scenario=scenario)
     tasks = {t.id: t for t in adapter.tasks("train")}
-    with MemoryBank(str(run_dir / "bank.db"), index="numpy") as bank:
+    now = world(scenario, epoch)
+    with MemoryBank(str(bank_path), index="numpy") as bank:
         texts = bank.store.experiences()
         episodes = bank.store.training_episodes(run_id)
         born = {new: (e, b) for _, e, b, _, new in episodes if new is not None}
@@ -59,7 +56,7 @@ def useful_rates(run_dir: Path, run_id: str, scenario: str, epoch: int) -> dict[
         last = [row for row in episodes if row[1] == epoch]
         for task_id, e, b, rid, _ in last:
             useful = {m for m, text in texts.items() if born.get(m, (0, 0)) < (e, b)
-                      and utility(scenario, tasks[task_id], text) == 1}
+                      and utility(scenario, tasks[task_id], text, now) == 1}
             if not useful:
                 continue
             counts["existed"] += 1
