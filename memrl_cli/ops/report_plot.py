@@ -21,8 +21,9 @@ def plot_utility(report: dict[str, Any], path: str | Path) -> None:
             rho = row["spearman"]
             label = ("all epochs" if row["epoch"] is None else f"epoch {row['epoch']}") + \
                 (f" (ρ {rho:+.2f})" if rho is not None else "")
-            style = {"color": "black", "linestyle": "--", "linewidth": 2} if row["epoch"] is None else {}
-            ax.plot(*zip(*points), marker="o", label=label, **style)
+            overall = row["epoch"] is None
+            ax.plot(*zip(*points), marker="o", label=label, color="black" if overall else None,
+                    linestyle="--" if overall else "-", linewidth=2 if overall else 1.5)
     ax.set_xlabel("Q of the selected memory when retrieved (bin centre)")
     ax.set_ylabel("episode success rate")
     ax.set_ylim(-0.02, 1.02)
