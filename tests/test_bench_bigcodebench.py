@@ -7,6 +7,8 @@ splits and of runs over whole splits need the full data (`bench_data.directory`)
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import pickle
 import shutil
@@ -141,8 +143,12 @@ def test_canonical_solutions_pass_and_bad_code_is_graded() -> None:
                 "BigCodeBench/12": "MISSING_LIBRARY", "BigCodeBench/13": "RUNTIME_ERROR"}
     assert {task_id: episodes[task_id].status for task_id in expected} == expected
     assert not any(episodes[task_id].success for task_id in expected)
-    assert [task_id for task_id in expected if episodes[task_id].env_error] == ["BigCodeBench/12"]
+    assert [task_id for task_id in expected if episodes[task_id].env_error] == []  # the program chose that import
     assert episodes["BigCodeBench/12"].info["missing_module"] == "some_missing_lib"
+    assert episodes["BigCodeBench/12"].info["module_required_by_task"] is False
+    task = next(t for t in bench.tasks(bench.train_split) + bench.tasks(bench.eval_splits[0]) if t.id == "BigCodeBench/12")
+    needing = dataclasses.replace(task, payload={**task.payload, "libs": [*task.payload["libs"], "some_missing_lib"]})
+    assert bench.grade(needing, replies["BigCodeBench/12"], None).env_error  # type: ignore[arg-type]
     assert "boom at import" in episodes["BigCodeBench/13"].trajectory
     assert "tests failed" in episodes[broken].trajectory
 

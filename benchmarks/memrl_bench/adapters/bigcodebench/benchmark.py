@@ -6,7 +6,8 @@ in a process of its own) inside `memrl_bench.environments.sandbox` (bubblewrap: 
 time/memory/process limits), once `benchmarks/memrl_bench/adapters/bigcodebench/screen.py` has read it and not
 refused it. Statuses: PASS, FAIL, TIMEOUT, SYNTAX_ERROR, RUNTIME_ERROR, REFUSED (the static screen
 found the program touching the test machinery: a failure) and MISSING_LIBRARY (a module not
-installed here: an environment error, reported apart).
+installed here: an environment error, reported apart, when the task needs it; the program's failure when
+only the program imports it).
 """
 
 from __future__ import annotations
@@ -221,15 +222,18 @@ class BigCodeBench:
             f"Evaluation: {verdict.status}" + (f"\n{verdict.detail}" if verdict.detail else "")
         )
         info: dict[str, Any] = {"eval_seconds": round(verdict.seconds, 3)}
+        required = verdict.missing_module is not None and verdict.missing_module in task.payload["libs"]
         if verdict.missing_module:
             info["missing_module"] = verdict.missing_module
-            info["module_required_by_task"] = verdict.missing_module in task.payload["libs"]
+            info["module_required_by_task"] = required
         return Episode(
             success=verdict.passed,
             steps=1,
             trajectory=trajectory,
             status=verdict.status,
-            env_error=verdict.status == "MISSING_LIBRARY",
+            # the environment's fault only when the task needs the module: one the program chose to import is
+            # its own failure (else a program could dodge every negative reward under `skip_env_errors`)
+            env_error=verdict.status == "MISSING_LIBRARY" and required,
             info=info,
         )
 
