@@ -659,7 +659,9 @@ def _unmasked(obj: object) -> None:
     if numpy is None or not isinstance(obj, numpy.ma.MaskedArray):
         return
     hidden = numpy.ma.getmaskarray(obj)
-    if hidden.any() and obj.dtype.kind not in "fc":
+    if not hidden.any():
+        return
+    if obj.dtype.kind not in "fc":
         raise pickle.UnpicklingError(f"a masked array of dtype {obj.dtype} hides entries it has no NaN for")
     obj.soften_mask()
     numpy.copyto(obj.data, numpy.nan, where=hidden)
