@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import bench_data  # noqa: E402
@@ -24,6 +25,7 @@ DATA = bench_data.directory("llb", "os_interaction_val.json")
 needs_data = bench_data.needs("llb", DATA / "os_interaction_val.json")
 WEAK = {"os/162": "exit0", "os/481": "delete"}  # the blind red team's two, and the strategy each check passes
 KEPT = ("os/0", "os/5", "os/101")  # checks no lazy strategy passes
+TRAIN = set(json.loads((DATA / "os_interaction_train.json").read_text())) if DATA.is_dir() else set()
 
 
 def all_tasks() -> dict:
@@ -53,6 +55,7 @@ def test_the_audit_finds_the_scripts_a_check_runs() -> None:
     assert run_paths(check) == ["/backup.sh", "/opt/x.sh", "/root/bin/run.sh", "/root/y", "/tool",
                                 "/usr/local/bin/check.sh"]
     assert run_paths("grep -c x /var/log/a.log && test -f /tmp/b") == []
+    assert run_paths("bash -c 'g=$(cat /etc/x)'; awk '!/^admin 660$/ {exit 1}' /f && sh -c '/opt/run'") == ["/opt/run"]
 
 
 @needs_data
@@ -98,3 +101,29 @@ def test_the_excluded_checks_pass_their_lazy_strategy_and_a_kept_one_fails_every
     assert set(found) == set(WEAK) and all(WEAK[sample] in found[sample] for sample in WEAK)
     for task, outcome in zip(chosen[len(WEAK):], outcomes[len(WEAK):]):
         assert outcome == {strategy: False for strategy in STRATEGIES}, task.id
+
+
+@needs_data
+@pytest.mark.slow
+def test_a_run_says_how_many_samples_it_leaves_out(rootfs, tmp_path) -> None:  # noqa: F811
+    """Through the harness: the note before the run, and `left_out` in config.json and summary.json."""
+    from benchmarks.testing.chat_server import ScriptedChatServer, distilling
+
+    from memrl_bench.framework.config import BenchConfig
+    from memrl_bench.framework.harness import run_benchmark
+    from memrl_bench.framework.llm import LLMSettings
+
+    events: list[tuple[str, dict]] = []
+    with ScriptedChatServer(distilling(lambda request: "Think: done.\n\nAct: finish")) as server:
+        config = BenchConfig(benchmark="llb-os", epochs=1, batch_size=1, limit=1, eval_splits=["val"], eval_limit=1,
+                             data=str(DATA), options={"backend": "bwrap", "rootfs": str(rootfs)})
+        summary = run_benchmark(config, LLMSettings(model="scripted", base_url=server.base_url, api_key="test"),
+                                runs_dir=str(tmp_path), workers=0, on_progress=lambda e, d: events.append((e, d)))
+    committed = weak_checks.load()
+    notes = [data["text"] for event, data in events if event == "note"]
+    assert notes == [f"llb-os leaves out {len(committed)} samples (train {sum(1 for i in committed if i[3:] in TRAIN)}"
+                     f", val {sum(1 for i in committed if i[3:] not in TRAIN)}) whose check a lazy strategy passes "
+                     "(lazy_checks.json; --option keep_weak_checks=true plays them)"]
+    assert [event for event, _ in events].index("note") < [event for event, _ in events].index("plan")
+    stored = json.loads((Path(summary["run_dir"]) / "config.json").read_text())["left_out"]
+    assert stored == summary["left_out"] and sorted(stored["ids"]["train"] + stored["ids"]["val"]) == sorted(committed)

@@ -50,9 +50,9 @@ STRATEGIES = weak_checks.STRATEGIES
 _RUN = re.compile(
     r"(?:^|(?<=[;&|(`!{\n]))[ \t]*"
     r"(?:(?:then|do|else|elif|if|while|until|exec|time|sudo|command|bash|sh|dash|source|\.)[ \t]+(?:-\w+[ \t]+)*)*"
-    r"[\"']?(?P<path>(?:~|\.{1,2})?/[^\s'\"|&;<>()`$*?\[\]{}\\]+)", re.M)
-_SHELL_FILE = re.compile(r"(?:^|(?<=[;&|(`!{\n]))[ \t]*(?:bash|sh|dash|source|\.)[ \t]+(?:-\w+[ \t]+)*"
-                         r"[\"']?(?P<path>[\w.-]+)", re.M)
+    r"[\"']?(?P<path>(?:~|\.{1,2})?/[\w.][\w.+@%,/-]*)", re.M)
+_SHELL_FILE = re.compile(r"(?:^|(?<=[;&|(`!{\n]))[ \t]*(?:bash|sh|dash|source|\.)[ \t]+(?:-(?!c\b)\w+[ \t]+)*"
+                         r"[\"']?(?P<path>[\w.][\w.+@%,-]*)", re.M)  # a file, not `sh -c '...'`
 _SYSTEM_TREES = ("/usr/", "/bin/", "/sbin/", "/lib")  # the check always runs the image's own programs there
 _NOT_FILES = ("/proc", "/sys", "/dev")
 _TRAILING = ".,:;!?"  # prose punctuation after a path in an instruction
