@@ -73,7 +73,7 @@ _FAILURE_STATUS = {"finish": INCORRECT, "round_limit": ROUND_LIMIT, "format_erro
 
 
 class LLBOperatingSystem:
-    """LLB OS interaction tasks (350 train / 150 val) in per-sample sandboxes.
+    """LLB OS interaction tasks (350 train / 150 val; 322 / 140 without the weak checks) in per-sample sandboxes.
 
     Options: `max_rounds` agent turns (MemRL: 15); `command_timeout` seconds per script (LLB:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
