@@ -189,9 +189,10 @@ def test_sandbox_has_no_network_and_its_limits(client: Any) -> None:
 @pytest.mark.slow
 def test_os_ground_truth_agent_is_correct_and_idle_agent_is_not(client: Any) -> None:
     """The scripted ground-truth episodes of test_bench_llb_os, through the Docker backend."""
-    adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10)
+    adapter = LLBOperatingSystem(data=str(DATA), backend="docker", command_timeout=10, keep_weak_checks=True)
     assert adapter.sandboxes.resolve() == "docker"
-    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it (a weak check, left
+    # out of the benchmark, played here).
     train = {"os/0", "os/1", "os/2", "os/11"}
     tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     with ScriptedChatServer(scripted({task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks})) \

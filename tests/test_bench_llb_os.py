@@ -90,7 +90,7 @@ def test_parse_action_follows_llb() -> None:
 
 @needs_data
 def test_tasks_follow_the_splits() -> None:
-    adapter = LLBOperatingSystem(data=str(DATA))
+    adapter = LLBOperatingSystem(data=str(DATA), keep_weak_checks=True)  # all 500 (tests/test_llb_os_lazy_audit.py)
     assert isinstance(adapter, Benchmark)
     train, val = adapter.tasks("train"), adapter.tasks("val")
     assert (len(train), len(val)) == (350, 150)
@@ -101,7 +101,7 @@ def test_tasks_follow_the_splits() -> None:
     first = train[0]
     assert first.query.startswith("Process all error logs in /var/log/app")
     assert set(first.payload) == {"init", "check", "ground_truth"} and "awk" in first.meta["skills"]
-    limited = LLBOperatingSystem(data=str(DATA), limit=3)
+    limited = LLBOperatingSystem(data=str(DATA), limit=3, keep_weak_checks=True)
     assert [task.id for task in limited.tasks("val")] == [task.id for task in val[:3]]
     with pytest.raises(MemrlError, match="no split"):
         adapter.tasks("test")
@@ -347,9 +347,11 @@ def test_sandbox_keeps_state_between_scripts_not_shell_state(rootfs: Path) -> No
 @needs_data
 @pytest.mark.slow
 def test_ground_truth_agent_is_correct_and_idle_agent_is_not(adapter: LLBOperatingSystem) -> None:
-    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it.
+    # os/11 writes a script into /usr/bin that its check runs: the trusted check must see it (a weak check, left
+    # out of the benchmark, played here).
     train = {"os/0", "os/1", "os/2", "os/11"}
-    tasks = [task for task in adapter.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
+    every = LLBOperatingSystem(data=str(DATA), keep_weak_checks=True)
+    tasks = [task for task in every.tasks("train") if task.id in train] + adapter.tasks("val")[:2]
     plans = {task.query: [bash(task.payload["ground_truth"]), finish()] for task in tasks}
     memories = [{"id": 1, "intent": "make a dir", "experience": "Agent:\nmkdir", "outcome": "success",
                  "similarity": 0.9, "q": 0.5, "score": 1.0}]

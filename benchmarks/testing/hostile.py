@@ -539,7 +539,8 @@ def make_adapter(benchmark: str, data: dict[str, str], options: dict[str, Any] |
 
         limits = {"command_timeout": 10, "max_rounds": 4, "memory_mb": 512, "nproc": 128, "cpu_seconds": 10,
                   "disk_mb": 256}
-        return LLBOperatingSystem(data=data[benchmark], **{**limits, **options})
+        # every sample an attack names, those with a weak check too (os/72: its check runs the agent's script)
+        return LLBOperatingSystem(data=data[benchmark], keep_weak_checks=True, **{**limits, **options})
     if benchmark == "llb-db":
         from memrl_bench.adapters.llb_db.benchmark import LLBDatabase
 

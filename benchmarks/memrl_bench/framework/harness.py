@@ -100,6 +100,7 @@ class Run:
     listed: dict[str, int] = field(default_factory=dict)  # each evaluation split's size before sampling
     preparing: bool = False  # the adapter loads its environments ahead (`worker.can_prepare`)
     judge: dict[str, Any] | None = None  # who grades, for an adapter with an LLM judge (its `grader`)
+    left_out: dict[str, Any] | None = None  # the tasks the adapter keeps out of its splits, and why (its `left_out`)
     started: bool = False  # a batch was handed to the workers (the first one starts their processes)
 
     def records(self) -> list[dict[str, Any]]:
@@ -251,10 +252,13 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         threaded = bool(getattr(adapter, "thread_safe", False))
         preparing = can_prepare(adapter)  # its environments load ahead, in the process that will play them
         judge = adapter.grader(settings) if callable(getattr(adapter, "grader", None)) else None
+        left_out = adapter.left_out() if callable(getattr(adapter, "left_out", None)) else None
     finally:
         adapter.close()
     if judge and judge.get("warning"):  # a reward the agent could influence: said before anything else runs
         report("warning", {"text": judge["warning"]})
+    if left_out:  # tasks the benchmark keeps out (LLB-OS: weak checks), said before the run starts
+        report("note", {"text": left_out["text"]})
     if not train:
         raise MemrlError(f"{config.benchmark}: no training tasks (check --limit and the task filters)")
     concurrency = settings.concurrency or config.batch_size
@@ -280,13 +284,14 @@ def run_benchmark(config: BenchConfig, settings: LLMSettings, *, bank_path: str 
         if not resume:  # config.json first: a run killed at any point after this can be resumed
             (out_dir / "config.json").write_text(json.dumps(
                 {"run_id": run_id, "bank": os.path.abspath(bank_path), "config": asdict(config),
-                 "llm": settings.to_dict(), "judge": judge, "code_version": code_version()}, indent=2))
+                 "llm": settings.to_dict(), "judge": judge, "left_out": left_out,
+                 "code_version": code_version()}, indent=2))
         if not runs.has_run(bank, run_id):
             runs.create_run(bank, run_id, config.benchmark, config.method, asdict(config),
                             {"agent": settings.model, "base_url": settings.base_url,
                              "embedder": bank.embedder.spec}, config.seed, code_version())
         run = Run(config, bank, run_id, out_dir, train, evals, report, processes, concurrency, threaded,
-                  {s: len(tasks) for s, tasks in listed.items()}, preparing, judge=judge)
+                  {s: len(tasks) for s, tasks in listed.items()}, preparing, judge=judge, left_out=left_out)
         report("plan", run.plan())
         # the bank is the truth: rewrite the episode log from it, then append as batches commit
         (out_dir / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run.records()))
@@ -357,6 +362,8 @@ def finish(run: Run, settings: LLMSettings) -> dict[str, Any]:
                "episodes": len(records), "usage": usage, **metrics.summarise(records)}
     if run.judge is not None:
         summary["judge"] = run.judge
+    if run.left_out is not None:
+        summary["left_out"] = run.left_out
     if plot_learning_curves([summary], plot):
         summary["plot"] = str(plot)
     (run.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

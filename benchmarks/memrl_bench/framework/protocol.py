@@ -89,6 +89,10 @@ class Benchmark(Protocol):
     # agent at `agent` (`endpoint` "agent" or "separate", `base_url`, `model`, `influenceable`: whether the agent's
     # endpoint also writes the verdicts), with a `warning` when it could influence them. The harness says the
     # warning before the run starts and records the dict as `judge` in the run's config.json and summary.json.
+    # An adapter that keeps some tasks out of its splits (LLB-OS: the samples whose check a lazy strategy passes)
+    # defines `left_out() -> dict | None`: {"text": one line saying how many and why, "ids": {split: [task ids]}}.
+    # The harness says the text as a note before the run starts and records the dict as `left_out` in the run's
+    # config.json and summary.json.
 
     def tasks(self, split: str) -> list[Task]:
         """All tasks of `split`, in a stable order."""

@@ -145,11 +145,11 @@ def batch_status(data: dict[str, Any], benchmark: str) -> tuple[str, str]:
 
 
 def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:
-    """A plain progress callback: a warning about the run (a judge the agent could influence), the run's plan, then
-    one line per finished epoch (for logs and non-terminals)."""
+    """A plain progress callback: a warning about the run (a judge the agent could influence), a note (tasks the
+    benchmark leaves out), the run's plan, then one line per finished epoch (for logs and non-terminals)."""
     def report(event: str, data: dict[str, Any]) -> None:
-        if event == "warning":
-            stream.write(f"memrl: warning: {data['text']}\n")
+        if event in ("warning", "note"):
+            stream.write(f"memrl: {event}: {data['text']}\n")
         elif event == "plan":
             stream.write(f"memrl: {plan_line(data)}\n")
         elif event == "epoch_done":
@@ -163,9 +163,9 @@ def progress_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]]
 
 
 def plan_printer(stream: Any = sys.stderr) -> Callable[[str, dict[str, Any]], None]:
-    """The run's warnings and plan only (`--json`: stdout is the summary, stderr says what the run plays)."""
+    """The run's warnings, notes and plan only (`--json`: stdout is the summary, stderr says what the run plays)."""
     printer = progress_printer(stream)
-    return lambda event, data: printer(event, data) if event in ("warning", "plan") else None
+    return lambda event, data: printer(event, data) if event in ("warning", "note", "plan") else None
 
 
 class LiveProgress:
@@ -222,8 +222,8 @@ class LiveProgress:
         def report(event: str, data: dict[str, Any]) -> None:
             if event == "status":
                 self.bar.update(row, description=f"{label}: {data['text']}")
-            elif event == "warning":
-                self.bar.console.print(f"memrl: warning: {data['text']}", soft_wrap=True, highlight=False)
+            elif event in ("warning", "note"):
+                self.bar.console.print(f"memrl: {event}: {data['text']}", soft_wrap=True, highlight=False)
             elif event == "plan":
                 self.bar.console.print(f"memrl: {plan_line(data)}", soft_wrap=True, highlight=False)
             elif event == "start":  # the run's episode count, and those a resumed run already played

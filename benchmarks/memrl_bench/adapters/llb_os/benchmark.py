@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from memrl_bench.adapters import llb_common
+from memrl_bench.adapters.llb_os import weak_checks
 from memrl_bench.environments.os_machines.os_machine import CommandResult, Limits, Sandbox, SandboxError
 from memrl_bench.environments.os_machines.os_sandbox import SandboxFactory
 from memrl_bench.framework.observation_cap import cap
@@ -72,7 +73,7 @@ _FAILURE_STATUS = {"finish": INCORRECT, "round_limit": ROUND_LIMIT, "format_erro
 
 
 class LLBOperatingSystem:
-    """LLB OS interaction tasks (350 train / 150 val) in per-sample sandboxes.
+    """LLB OS interaction tasks (350 train / 150 val; 322 / 140 without the weak checks) in per-sample sandboxes.
 
     Options: `max_rounds` agent turns (MemRL: 15); `command_timeout` seconds per script (LLB:
     20); `max_output_chars` cuts each observation as AgentBench does (0 keeps everything, as
@@ -85,7 +86,8 @@ class LLBOperatingSystem:
     `untrusted_check`: run on a Docker daemon where the check cannot be trusted (not on this
     machine, not as root, an image whose files are not here: the check would run with the agent's
     own tools, so a reward could be forged); refused by default, the episode's
-    `info["untrusted_check"]` says why when allowed.
+    `info["untrusted_check"]` says why when allowed. The samples whose check a lazy strategy passes
+    (`weak_checks`) are left out of both splits (`left_out` says which) unless `keep_weak_checks`.
     """
 
     name = "llb-os"
@@ -107,6 +109,7 @@ class LLBOperatingSystem:
         cpu_seconds: int = Limits.cpu_seconds,
         disk_mb: int = Limits.disk_mb,
         untrusted_check: bool = False,
+        keep_weak_checks: bool = False,
     ) -> None:
         if int(max_rounds) < 1:
             raise MemrlError(f"llb-os max_rounds must be >= 1, got {max_rounds}")
@@ -118,6 +121,7 @@ class LLBOperatingSystem:
         self.data = llb_common.data_dir(data, tuple(SPLIT_FILES.values()))
         self.limit = int(limit) if limit is not None else None
         self.untrusted_check = bool(untrusted_check)
+        self.weak_checks = {} if bool(keep_weak_checks) else weak_checks.load()
         image = {"image": docker_image} if docker_image else {}
         limits = Limits(int(memory_mb), int(nproc), int(cpu_seconds), int(disk_mb))
         if min(limits.memory_mb, limits.nproc, limits.cpu_seconds, limits.disk_mb) < 1:
@@ -132,6 +136,8 @@ class LLBOperatingSystem:
         path = self.data / SPLIT_FILES[split]
         tasks = []
         for key, sample in llb_common.load_samples(path, self.limit):
+            if f"os/{key}" in self.weak_checks:
+                continue
             try:
                 evaluation = sample["evaluation_info"]
                 payload = {
@@ -145,6 +151,18 @@ class LLBOperatingSystem:
             meta = {"split": split, "skills": list(sample.get("skill_list", []))}
             tasks.append(Task(id=f"os/{key}", query=instruction, payload=payload, meta=meta))
         return tasks
+
+    def left_out(self) -> dict[str, Any] | None:
+        """The samples `tasks` leaves out (`weak_checks`), per split, and why; None when none is."""
+        ids = {split: [f"os/{key}" for key, _ in llb_common.load_samples(self.data / name, self.limit)
+                       if f"os/{key}" in self.weak_checks] for split, name in SPLIT_FILES.items()}
+        total = sum(map(len, ids.values()))
+        if not total:
+            return None
+        counts = ", ".join(f"{split} {len(found)}" for split, found in ids.items())
+        text = (f"llb-os leaves out {total} samples ({counts}) whose check a lazy strategy passes "
+                f"({weak_checks.LIST_FILE.name}; --option keep_weak_checks=true plays them)")
+        return {"text": text, "ids": ids}
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
         """Play one sample in a fresh sandbox and grade it with its check script."""
