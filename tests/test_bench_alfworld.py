@@ -10,6 +10,7 @@ so only a few games are played.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -674,6 +675,86 @@ def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchm
         memories = [{"intent": tasks[0].query, "experience": experience, "outcome": "success"}] if experience else []
         actions = played(memories)
         assert actions != own and all(a.startswith("go to ") for a in actions), experience
+
+
+def _mode_agent_setup(bench: AlfworldBenchmark, mode: str, p0: float):
+    """Two real games of one task type with distinct intents, the agent in `mode`, a player of the first game, and
+    the agent's own failure memory (its reflection) of the first game."""
+    from benchmarks.learning.alfworld_scripted import scripted_agent
+    from memrl_bench.framework.experience import REFLECTION_SYSTEM
+
+    listed = bench.tasks("valid_unseen")
+    first = listed[0]
+    other = next(t for t in listed if t.query != first.query)  # the sample has one intent per type: another game,
+    other = dataclasses.replace(other, meta={**other.meta, "task_type": first.meta["task_type"]})  # as a look-alike
+    agent = scripted_agent([first, other], p0=p0, mode=mode)
+    own = load_walkthrough(first.payload)
+
+    def played(memories: list[dict]) -> list[str]:
+        agent.start_run()
+        messages = bench.build_messages(first.query, first.meta["task_type"], memories)
+        actions = []
+        for _ in own:
+            reply = agent({"messages": messages})
+            actions.append(parse_action(reply))
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Observation: ok"}]
+        return actions
+
+    tried = ["go to shelf 1", "go to drawer 2"]
+    trajectory = "\n".join(f"> Thought: x\n> Action: {a}\nObservation: y" for a in tried)
+    reflection = agent({"messages": [{"role": "system", "content": REFLECTION_SYSTEM},
+                                     {"role": "user", "content": f"Task:\n{first.query}\n\nTrajectory:\n{trajectory}"}]})
+    failure = {"id": 1, "intent": first.query, "experience": f"REFLECTION:\n{reflection}", "outcome": "failure"}
+    return played, own, load_walkthrough(other.payload), failure, reflection, tried
+
+
+def test_scripted_agent_modes_on_real_games(bench: AlfworldBenchmark) -> None:
+    """The modes' rules (benchmarks/learning/alfworld_modes.py), on real game files. follow: the game's own failure
+    shown makes the agent replay the failed actions even when its luck (p0 = 1) would win, and a look-alike's
+    winning actions (another game of the same type) mislead it; reflect: the own failure shown makes it win with
+    no luck (p0 = 0); plain: a reflection is the fixed text and changes nothing (luck wins, no luck tours)."""
+    from benchmarks.learning.alfworld_modes import failure_note
+    from benchmarks.learning.alfworld_scripted import REFLECTION, actions_line
+
+    played, own, other, failure, reflection, tried = _mode_agent_setup(bench, "follow", p0=1.0)
+    assert reflection.splitlines()[:-2] == REFLECTION.splitlines() and failure_note(failure["intent"]) in reflection
+    assert played([]) == own  # its luck wins with nothing shown
+    assert played([failure])[:2] == tried and played([failure]) != own  # its own failure, shown: replayed
+    lookalike = {"id": 2, "intent": "a look-alike", "experience": f"SCRIPT:\n{actions_line(other)}", "outcome": "success"}
+    assert played([lookalike]) != own  # a look-alike's winning actions, shown: misled
+    script = {"id": 3, "intent": failure["intent"], "experience": f"SCRIPT:\n{actions_line(own)}", "outcome": "success"}
+    assert played([script]) == own and played([script, failure]) != own  # a misleading memory overrides its script
+
+    played, own, other, failure, reflection, _ = _mode_agent_setup(bench, "reflect", p0=0.0)
+    assert played([]) != own and played([failure]) == own  # no luck; its own reflection shown: it wins
+    lookalike["experience"] = f"SCRIPT:\n{actions_line(other)}"
+    assert played([lookalike]) != own and played([lookalike, failure]) == own  # a look-alike is neutral here
+
+    for p0, wins in ((1.0, True), (0.0, False)):
+        played, own, other, failure, reflection, _ = _mode_agent_setup(bench, "plain", p0=p0)
+        assert reflection == REFLECTION and (played([failure]) == own) is wins and (played([]) == own) is wins
+        assert (played([{**failure, "experience": f"SCRIPT:\n{actions_line(other)}"}]) == own) is wins
+
+
+def test_judges_choose_by_the_modes_true_utility(bench: AlfworldBenchmark) -> None:
+    """The oracle's chooser on ALFWorld shows only memories useful in the agent's mode (the newest first), never a
+    misleading one; no-failures drops failures whatever the mode."""
+    from benchmarks.learning.alfworld_modes import Rules
+    from benchmarks.learning.alfworld_scripted import actions_line
+
+    listed = bench.tasks("valid_unseen")
+    first = listed[0]
+    other = next(t for t in listed if t.query != first.query)  # the sample has one intent per type: another game,
+    other = dataclasses.replace(other, meta={**other.meta, "task_type": first.meta["task_type"]})  # as a look-alike
+    memories = [{"id": 1, "experience": f"SCRIPT:\n{actions_line(load_walkthrough(first.payload))}", "outcome": "success"},
+                {"id": 2, "experience": f"SCRIPT:\n{actions_line(load_walkthrough(other.payload))}", "outcome": "success"},
+                {"id": 3, "experience": "", "outcome": "failure"}]
+    for mode, useful in (("plain", [1]), ("follow", [1]), ("reflect", [3, 1])):
+        rules = Rules([first, other], mode)
+        memories[2]["experience"] = "REFLECTION:\n" + rules.reflection(first.query, ["look"], "It failed.")
+        assert [m["id"] for m in rules.choose("oracle", first.query, memories, 3)] == useful, mode
+        assert [m["id"] for m in rules.choose("no-failures", first.query, memories, 3)] == [1, 2]
+    assert Rules([first, other], "follow").utility(first.query, memories[1]["experience"]) == -1
 
 
 def test_scripted_agent_draws_its_luck_per_attempt(bench: AlfworldBenchmark) -> None:

@@ -29,18 +29,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from benchmarks.learning.alfworld_modes import MODES, Rules, actions_line, check_mode
+from benchmarks.learning.oracle import CHOOSERS, JUDGES, judge_settings
 from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
 from memrl_bench.adapters.alfworld.prompt import MEMORY_INTRO, TURN_PREFIX
 from memrl_bench.adapters.alfworld.data import SHORT_TYPES, list_games, load_walkthrough
-from memrl_bench.framework.protocol import Task
+from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_cli.errors import MemrlError
 from memrl_bench.framework.experience import REFLECTION_SYSTEM, SCRIPT_SYSTEM
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO.parent / "shared" / "data" / "alfworld" / "json_2.1.1_full_with_traj.tar.xz"
 BENCHMARK = "benchmarks.learning.alfworld_scripted:AlfworldSample"
-ACTIONS_PREFIX = "Actions: "
-ACTION_SEPARATOR = " | "
 FOLLOW_THOUGHTS = ("I follow the plan that solved this task.", "My memory has the exact steps; I repeat them.",
                    "The remembered actions worked here before.", "I do what the successful attempt did.")
 EXPLORE_THOUGHTS = ("I look for the object in the next receptacle.", "It may be somewhere else; I keep searching.",
@@ -53,15 +53,31 @@ class AlfworldSample(AlfworldBenchmark):
     """ALFWorld with a seeded training stream: `games` games of distinct intents, spread over the task types.
 
     Options besides ALFWorld's: `games` (how many, default 64), `sample_seed` (default 0). Only games
-    whose walkthrough fits in `max_steps` are drawn; evaluation splits are the adapter's own.
+    whose walkthrough fits in `max_steps` are drawn; evaluation splits are the adapter's own. For the
+    judges (benchmarks/learning/oracle.py): `chooser` shows the agent only the `show` memories it picks,
+    by the true utility of the agent's `mode` (benchmarks/learning/alfworld_modes.py).
     """
 
     def __init__(self, data: str | None = None, limit: int | None = None, games: int = 64, sample_seed: int = 0,
-                 **options: Any) -> None:
+                 mode: str = "plain", chooser: str | None = None, show: int = 3, **options: Any) -> None:
         super().__init__(data=data, limit=limit, **options)
         if int(games) < 1:
             raise MemrlError(f"games must be at least 1, got {games}")
+        if chooser is not None and chooser not in CHOOSERS:
+            raise MemrlError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")
         self.games, self.sample_seed = int(games), int(sample_seed)
+        self.mode, self.chooser, self.show = check_mode(mode), chooser, int(show)
+        self._rules: Rules | None = None
+        self._rules_lock = threading.Lock()
+
+    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
+        """ALFWorld's episode, shown only the memories the judge's chooser picks (when there is one)."""
+        if self.chooser is not None:
+            with self._rules_lock:
+                if self._rules is None:
+                    self._rules = Rules(self.tasks(self.train_split), self.mode)
+            memories = self._rules.choose(self.chooser, task.query, memories, self.show)
+        return super().run_episode(task, memories, llm)
 
     def tasks(self, split: str) -> list[Task]:
         """The seeded sample for the training split; other splits as ALFWorld lists them."""
@@ -96,11 +112,6 @@ def sample_tasks(games: list[Any], count: int, seed: int, max_steps: int, split:
             for g in chosen]
 
 
-def actions_line(actions: list[str]) -> str:
-    """How a script names the actions it played; the agent recognises a game's walkthrough by this line."""
-    return ACTIONS_PREFIX + ACTION_SEPARATOR.join(actions)
-
-
 def _draw(seed: int, *parts: str) -> float:
     digest = hashlib.sha256("\0".join((str(seed), *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "little") / 2**64
@@ -122,19 +133,20 @@ class ScriptedAgent:
         self.attempts.update(played or {})
 
 
-def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> ScriptedAgent:
+def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0, mode: str = "plain") -> ScriptedAgent:
     """A chat responder for `ScriptedChatServer`: the agent's turns and the harness's distillation requests.
 
     The tasks' intents must be distinct: the agent knows which game it plays from the task text only.
     Its luck is drawn per attempt (the game's attempt number in the run); call `start_run` between runs.
+    `mode` (benchmarks/learning/alfworld_modes.py): which shown memories help or mislead it.
     """
     attempts: dict[str, int] = {}
     current: dict[str, float] = {}  # task text → the draw of its episode in play
     lock = threading.Lock()
-    plans = {t.query: load_walkthrough(t.payload) for t in tasks}
+    rules = Rules(tasks, mode)
+    plans = rules.plans
     if len(plans) != len(tasks):
         raise MemrlError("the scripted agent needs tasks with distinct intents")
-    keys = {query: actions_line(plan) for query, plan in plans.items()}
     receptacles = {query: re.findall(r"\ban? ([a-z]+(?: [a-z]+)* \d+)", query.split("Your task is to:")[0])
                    for query in plans}
 
@@ -145,7 +157,9 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Scripte
             return ("1. Go to the receptacle that holds the object and take it.\n2. Process it as the task says.\n"
                     f"3. Put it where the task asks.\n{actions_line(played)}")
         if messages[0]["content"] == REFLECTION_SYSTEM:
-            return REFLECTION
+            query = messages[1]["content"].partition("Task:\n")[2].partition("\n\nTrajectory:\n")[0]
+            played = re.findall(r"^> Action: (.+)$", messages[1]["content"], flags=re.M)
+            return rules.reflection(query, played, REFLECTION)
         start = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"].startswith(TURN_PREFIX))
         task_text = messages[start]["content"][len(TURN_PREFIX):]
         shown = "\n".join(m["content"] for m in messages[:start] if m["role"] == "system" and MEMORY_INTRO in m["content"])
@@ -156,7 +170,12 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Scripte
                 current[task_text] = _draw(seed, task_text, str(attempts[task_text]))
             draw = current[task_text]
         plan = plans[task_text]
-        if keys[task_text] in shown.splitlines() or draw < p0:
+        utility = rules.utility(task_text, shown)
+        if utility == -1:  # misled: it replays the failed attempt it is shown, or tours as a look-alike's plan fails
+            tried = rules.tried(task_text, shown)
+            if tried:
+                return f"Thought: I repeat what I tried before.\nAction: {tried[done] if done < len(tried) else 'look'}"
+        elif utility == 1 or draw < p0:
             thought = FOLLOW_THOUGHTS[int(draw * 1000) % len(FOLLOW_THOUGHTS)]
             return f"Thought: {thought}\nAction: {plan[done] if done < len(plan) else 'look'}"
         places = receptacles[task_text] or ["look"]
@@ -171,8 +190,12 @@ def scripted_agent(tasks: list[Task], p0: float = 0.2, seed: int = 0) -> Scripte
 def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: float = 0.2, seed: int = 0,
                 sample_seed: int = 0, data: str | None = None, workers: int = 2, batch_size: int = 32,
                 max_steps: int = 20, runs_dir: str | None = None, examples: str | None = None,
-                train_split: str = "train", resume: bool = False) -> list[dict[str, Any]]:
+                train_split: str = "train", resume: bool = False, mode: str = "plain") -> list[dict[str, Any]]:
     """Play the sample with each method through `run_benchmark`; one row per method (summary and report).
+
+    A method may be a judge of benchmarks/learning/oracle.py (`oracle`, `oracle-recall`, `no-failures`,
+    `newest`): `rag` with the judge's candidate list, the agent shown what its chooser picks. `mode` is
+    the agent's (benchmarks/learning/alfworld_modes.py); `plain` leaves the settings as they always were.
 
     With `resume`, a method whose run in `runs_dir` (same settings) did not finish continues it
     from its last committed batch instead of starting over (`unfinished_run`).
@@ -193,27 +216,33 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                                "train_split": train_split}
     if examples:
         options["examples"] = examples
+    if check_mode(mode) != "plain":
+        options["mode"] = mode
     adapter = AlfworldSample(data=data, **options)
     tasks = adapter.tasks(adapter.train_split)
     adapter.examples()  # built once and cached before the workers start
     rows = []
-    agent = scripted_agent(tasks, p0, seed)
+    agent = scripted_agent(tasks, p0, seed, mode)
     with tempfile.TemporaryDirectory() as scratch, ScriptedChatServer(agent) as server:
         settings = LLMSettings(model="scripted-alfworld", base_url=server.base_url, api_key="test", max_retries=0,
                                timeout=120)
         for method in methods:
-            config = BenchConfig(benchmark=BENCHMARK, method=method, epochs=epochs, batch_size=batch_size, data=data,
-                                 seed=seed, options=options)
+            settings_of, chooser = ({"method": method}, {}) if method not in JUDGES else judge_settings(
+                method, BenchConfig.k1, BenchConfig.k2, BenchConfig.threshold)
+            config = BenchConfig(benchmark=BENCHMARK, epochs=epochs, batch_size=batch_size, data=data, seed=seed,
+                                 options={**options, **chooser}, **settings_of)
             started = time.perf_counter()
             unfinished = unfinished_run(runs_dir, config) if resume and runs_dir else None
             agent.start_run(played_attempts(unfinished, tasks) if unfinished else None)
             summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers,
                                     resume=str(unfinished) if unfinished else None)
             report = learning_report(Path(summary["bank"]).parent)
+            accuracy = list(summary["accuracy"].values())
             last = report["epochs"][-1]
             own = own_script_counts(Path(summary["bank"]).parent, tasks)
             rows.append({"method": method, "games": len(tasks), "epochs": epochs, "p0": p0,
                          "accuracy": summary["accuracy"], "last_epoch_accuracy": summary["last_epoch_accuracy"],
+                         "auc": sum(accuracy) / len(accuracy), "mode": mode,
                          "final_csr": summary["final_csr"], "report": report["epochs"],
                          "last_existed": last["existed"], "last_recalled": last["recalled"],
                          "last_selected": last["selected"], "own_script": own,
@@ -286,7 +315,12 @@ def unfinished_run(runs_dir: str, config: Any) -> Path | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default="none,rag,memrl", help="Comma-separated methods [none,rag,memrl].")
+    parser.add_argument("--methods", default="none,rag,memrl",
+                        help="Comma-separated methods or judges (oracle, oracle-recall, no-failures, newest) "
+                             "[none,rag,memrl].")
+    parser.add_argument("--mode", default="plain", choices=MODES,
+                        help="The agent's rule: plain, follow (failures and look-alikes mislead), reflect "
+                             "(its own failure's reflection helps) [plain].")
     parser.add_argument("--games", type=int, default=64, help="Training games in the sample [64].")
     parser.add_argument("--epochs", type=int, default=5, help="Epochs [5].")
     parser.add_argument("--p0", type=float, default=0.2, help="Probability of success by luck [0.2].")
@@ -306,17 +340,17 @@ def main() -> None:
     rows = run_methods([m.strip() for m in args.methods.split(",") if m.strip()], games=args.games,
                        epochs=args.epochs, p0=args.p0, seed=args.seed, sample_seed=args.sample_seed, data=args.data,
                        workers=args.workers, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples,
-                       resume=args.resume)
+                       resume=args.resume, mode=args.mode)
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{rows[0]['games']} games x {args.epochs} epochs, p0 = {args.p0}")
-    print("method      last-epoch acc  CSR    existed recalled selected  own script e/r/s/won  accuracy per epoch"
+    print(f"{rows[0]['games']} games x {args.epochs} epochs, p0 = {args.p0}, mode {args.mode}")
+    print("method      last-epoch acc  AUC    CSR    existed recalled selected  own script e/r/s/won  accuracy per epoch"
           "  (last epoch)")
     for r in rows:
         curve = " ".join(f"{v:.2f}" for v in r["accuracy"].values())
         own = "/".join(str(r["own_script"][k]) for k in ("existed", "recalled", "selected", "selected_won"))
-        print(f"{r['method']:<11} {r['last_epoch_accuracy']:>14.3f}  {r['final_csr']:.3f}  {r['last_existed']:>7} "
+        print(f"{r['method']:<11} {r['last_epoch_accuracy']:>14.3f}  {r['auc']:.3f}  {r['final_csr']:.3f}  {r['last_existed']:>7} "
               f"{r['last_recalled']:>8} {r['last_selected']:>8}  {own:>20}  {curve}")
 
 

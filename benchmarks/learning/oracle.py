@@ -20,9 +20,11 @@ has no room for any selector, and is reported as such (docs/learning.md, "The te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 JUDGES = ("oracle", "oracle-recall", "no-failures", "newest")
+CHOOSERS = ("oracle", "no-failures", "newest")
 WHOLE_BANK = 4096  # k1's limit: every memory of the testbed's banks (at most a few hundred)
 
 
@@ -36,3 +38,16 @@ def judge_settings(judge: str, k1: int, k2: int, threshold: float) -> tuple[dict
         return {"method": "rag", "k1": WHOLE_BANK, "k2": WHOLE_BANK, "threshold": -1.0}, {"chooser": chooser,
                                                                                            "show": k2}
     return {"method": "rag", "k1": k1, "k2": k1, "threshold": threshold}, {"chooser": chooser, "show": k2}
+
+
+def pick(chooser: str, memories: list[dict[str, Any]], show: int,
+         utility: Callable[[dict[str, Any]], int]) -> list[dict[str, Any]]:
+    """The `show` memories a chooser (`CHOOSERS`) picks among `memories` (in the harness's order): `oracle` the
+    useful ones (`utility` 1), newest first; `no-failures` the first ones not from a failed episode; `newest`."""
+    if chooser == "oracle":
+        return sorted((m for m in memories if utility(m) == 1), key=lambda m: -m["id"])[:show]
+    if chooser == "no-failures":
+        return [m for m in memories if m.get("outcome") != "failure"][:show]
+    if chooser == "newest":
+        return sorted(memories, key=lambda m: -m["id"])[:show]
+    raise ValueError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from benchmarks.learning.oracle import CHOOSERS, pick
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_bench.framework.sampling import episode_seed
 
@@ -58,7 +59,6 @@ SCENARIOS = {  # name → (p0, p_good)
 }
 STREAMS = {"a": "a", "b": "b", "c": "c", "d": "a", "e": "e", "f": "a", "s": "b", "p": "a", "r": "a"}
 LUCKS = ("attempt", "prompt")
-CHOOSERS = ("oracle", "no-failures", "newest")
 CHANGE_EPOCH = 4  # `s`: the environment changes before this epoch
 PLANT_EPOCH = 4  # `p`: the attacker plants its records before this epoch
 PLANTED = 2  # `p`: records planted per targeted task
@@ -183,14 +183,7 @@ def _epochs_of(seed: int, n_tasks: int, n_heldout: int) -> dict[int, int]:
 def choose(chooser: str, scenario: str, task: Task, memories: list[dict[str, Any]], show: int,
            now: int = 0) -> list[dict[str, Any]]:
     """The `show` memories a chooser (`CHOOSERS`) picks among `memories` (in the harness's order)."""
-    if chooser == "oracle":
-        scored = [(utility(scenario, task, m["experience"], now), m) for m in memories]
-        return sorted((m for u, m in scored if u == 1), key=lambda m: -m["id"])[:show]
-    if chooser == "no-failures":
-        return [m for m in memories if m.get("outcome") != "failure"][:show]
-    if chooser == "newest":
-        return sorted(memories, key=lambda m: -m["id"])[:show]
-    raise ValueError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")
+    return pick(chooser, memories, show, lambda m: utility(scenario, task, m["experience"], now))
 
 
 class Synthetic:
