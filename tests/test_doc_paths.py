@@ -2,7 +2,7 @@
 (`/work/...`, `/root/...`, `/home/...`), no developer-only data copy (`../shared/...`), and every relative
 path that climbs (`../x`) lands on a file or directory of the repository. Placeholders (`/path/to/...`),
 the user's own directories (`~/...`) and system paths (`/usr`, `/etc`, `/var`, `/tmp`, ...) are fine.
-A run directory kept as an example (docs/examples/*-run/, with its config.json and bank.db) is a record,
+A run directory kept as an example (docs/examples/*-run/, with its config.json) is a record,
 not a document: it names where it ran and is not read here."""
 
 from __future__ import annotations
