@@ -53,13 +53,19 @@ def check_task(sandboxes: SandboxFactory, task: Task) -> tuple[bool, bool, str]:
     return reproduced, discriminates, detail
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sample_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a script that plays every LLB-OS sample's check (this one, `llb_os_lazy_audit`)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True, help="directory holding os_interaction_{train,val}.json")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="first N samples of each split")
     parser.add_argument("--backend", default="auto", choices=("auto", "docker", "bwrap"))
     parser.add_argument("--rootfs", default=None)
+    return parser
+
+
+def main() -> None:
+    parser = sample_arguments(__doc__.splitlines()[0])
     parser.add_argument("--keep-weak-checks", action="store_true", help="also the samples whose check is weak")
     args = parser.parse_args()
     adapter = LLBOperatingSystem(data=args.data, limit=args.limit, backend=args.backend, rootfs=args.rootfs,

@@ -27,7 +27,6 @@ differs from this run's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import posixpath
 import re
@@ -37,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.perf.llb_os_ground_truth import run_scripts
+from benchmarks.perf.llb_os_ground_truth import run_scripts, sample_arguments
 from memrl_bench.adapters.llb_os import weak_checks
 from memrl_bench.adapters.llb_os.benchmark import SPLIT_FILES, LLBOperatingSystem
 from memrl_bench.environments.os_machines.os_check_view import named_paths
@@ -117,12 +116,7 @@ def excluded(tasks: list[Task], outcomes: list[dict[str, bool | None]]) -> dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="directory holding os_interaction_{train,val}.json")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--limit", type=int, default=None, help="first N samples of each split")
-    parser.add_argument("--backend", default="auto", choices=("auto", "docker", "bwrap"))
-    parser.add_argument("--rootfs", default=None)
+    parser = sample_arguments(__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write each sample's outcome per strategy to this file")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--write", action="store_true", help=f"write the committed list ({weak_checks.LIST_FILE})")
