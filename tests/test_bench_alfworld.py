@@ -17,7 +17,7 @@ import os
 import pickle
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import conftest
 import pytest
@@ -655,13 +655,7 @@ def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchm
     own, other = load_walkthrough(tasks[0].payload), load_walkthrough(tasks[1].payload)
 
     def played(memories: list[dict]) -> list[str]:
-        messages = bench.build_messages(tasks[0].query, tasks[0].meta["task_type"], memories)
-        actions = []
-        for _ in own:
-            reply = agent({"messages": messages})
-            actions.append(parse_action(reply))
-            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Observation: ok"}]
-        return actions
+        return agent_actions(bench, agent, tasks[0], len(own), memories)
 
     trajectory = "\n".join(f"> Thought: x\n> Action: {a}\nObservation: y" for a in own)
     script = agent({"messages": [{"role": "system", "content": SCRIPT_SYSTEM},
@@ -676,6 +670,16 @@ def test_scripted_agent_follows_only_its_own_games_actions(bench: AlfworldBenchm
         actions = played(memories)
         assert actions != own and all(a.startswith("go to ") for a in actions), experience
 
+
+def agent_actions(bench: AlfworldBenchmark, agent: Any, task: Any, turns: int, memories: list[dict]) -> list[str]:
+    """The scripted agent's first `turns` actions on `task` with `memories` shown (every observation "ok")."""
+    messages = bench.build_messages(task.query, task.meta["task_type"], memories)
+    actions = []
+    for _ in range(turns):
+        reply = agent({"messages": messages})
+        actions.append(parse_action(reply))
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Observation: ok"}]
+    return actions
 
 def _mode_agent_setup(bench: AlfworldBenchmark, mode: str, p0: float):
     """Two real games of one task type with distinct intents, the agent in `mode`, a player of the first game, and
@@ -692,13 +696,7 @@ def _mode_agent_setup(bench: AlfworldBenchmark, mode: str, p0: float):
 
     def played(memories: list[dict]) -> list[str]:
         agent.start_run()
-        messages = bench.build_messages(first.query, first.meta["task_type"], memories)
-        actions = []
-        for _ in own:
-            reply = agent({"messages": messages})
-            actions.append(parse_action(reply))
-            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Observation: ok"}]
-        return actions
+        return agent_actions(bench, agent, first, len(own), memories)
 
     tried = ["go to shelf 1", "go to drawer 2"]
     trajectory = "\n".join(f"> Thought: x\n> Action: {a}\nObservation: y" for a in tried)
