@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.learning.learned import LEARNED, POOL
 from benchmarks.learning.oracle import JUDGES, judge_settings
 from benchmarks.learning.synthetic import planter
 from memrl_bench.framework.config import BenchConfig
@@ -42,6 +43,9 @@ def config_for(scenario: str, method: str, seed: int, testbed: dict[str, Any] | 
         judged, chosen = judge_settings(name, t["k1"], t["k2"], t["threshold"])
         settings.update(judged)
         options.update(chosen)
+    elif name == LEARNED:  # rag's wider recall, of which the selector shows at most k2
+        settings.update(method="rag", k1=POOL, k2=POOL)
+        options.update(chooser=LEARNED, show=t["k2"], batch_size=t["batch_size"])
     settings.update(switches)
     extra: dict[str, Any] = {"eval_splits": ["heldout"], "eval_every": t["epochs"]} if heldout else {}
     return BenchConfig(benchmark=ADAPTER, epochs=t["epochs"], batch_size=t["batch_size"], seed=seed,
@@ -56,5 +60,5 @@ def play(scenario: str, method: str, seed: int, runs_dir: str, testbed: dict[str
     Path(runs_dir).mkdir(parents=True, exist_ok=True)
     summary = run_benchmark(config, NO_LLM, runs_dir=runs_dir, workers=0, bank_path=str(bank_path),
                             on_progress=planter(scenario, str(bank_path), config.initial_q(True)))
-    summary["judge"] = variant(method)[0] in JUDGES
+    summary["judge"] = variant(method)[0] in (*JUDGES, LEARNED)  # not methods: no receipts of what they showed
     return summary

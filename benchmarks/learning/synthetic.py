@@ -46,6 +46,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from benchmarks.learning.learned import LEARNED, LearnedSelector
 from benchmarks.learning.oracle import CHOOSERS, pick
 from memrl_bench.framework.protocol import LLM, Episode, Task
 from memrl_bench.framework.sampling import episode_seed
@@ -169,14 +170,15 @@ def planter(scenario: str, bank_path: str, q_init: float) -> Callable[[str, dict
 
 
 @lru_cache(maxsize=64)
-def _epochs_of(seed: int, n_tasks: int, n_heldout: int) -> dict[int, int]:
-    """Episode seed → epoch, for the streams of a run with this seed (the harness's `episode_seed`)."""
+def _places_of(seed: int, n_tasks: int, n_heldout: int) -> dict[int, tuple[str, int, int]]:
+    """Episode seed → (phase, epoch, position in the stream), for the streams of a run with this seed (the
+    harness's `episode_seed`)."""
     found = {}
     for epoch in range(MAX_EPOCHS + 1):
         for position in range(n_tasks):
-            found[episode_seed(seed, "train", "train", epoch, position)] = epoch
+            found[episode_seed(seed, "train", "train", epoch, position)] = ("train", epoch, position)
         for position in range(n_heldout):
-            found[episode_seed(seed, "eval", "heldout", epoch, position)] = epoch
+            found[episode_seed(seed, "eval", "heldout", epoch, position)] = ("eval", epoch, position)
     return found
 
 
@@ -193,22 +195,25 @@ class Synthetic:
     train_split = "train"
     eval_splits: tuple[str, ...] = ("heldout",)
     uses_llm = False
-    thread_safe = True  # run_episode is a pure function of its arguments
+    thread_safe = True  # run_episode is a pure function of its arguments (but with the learned selector)
     takes_seed = True  # the harness passes each episode's seed: luck per attempt, the same for every method
 
     def __init__(self, data: str | None = None, limit: int | None = None, scenario: str = "a",
-                 luck_seed: int = 0, luck: str = "attempt", chooser: str | None = None, show: int = 3) -> None:
+                 luck_seed: int = 0, luck: str = "attempt", chooser: str | None = None, show: int = 3,
+                 batch_size: int = 8) -> None:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
         if luck not in LUCKS:
             raise ValueError(f"unknown luck {luck!r}; choose one of {', '.join(LUCKS)}")
-        if chooser is not None and chooser not in CHOOSERS:
+        if chooser is not None and chooser not in (*CHOOSERS, LEARNED):
             raise ValueError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")
         self.scenario = scenario
         self.p0, self.p_good = SCENARIOS[scenario]
         self.luck_seed = luck_seed
         self.luck_mode = luck
-        self.chooser, self.show = chooser, int(show)
+        self.chooser, self.show, self.batch_size = chooser, int(show), int(batch_size)
+        self.selector = LearnedSelector(self.show) if chooser == LEARNED else None
+        self.thread_safe = self.selector is None  # the learned selector's episodes play in the stream's order
 
     def tasks(self, split: str) -> list[Task]:
         train = _tasks(self.scenario)
@@ -225,25 +230,35 @@ class Synthetic:
             key = f"{self.luck_seed}/{task.id}/{','.join(str(m['id']) for m in memories)}"
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") / 2.0 ** 64
 
-    def epoch(self, seed: int | None) -> int:
-        """The epoch of the episode with this seed (only `s` needs it: the run's seed must be the luck seed)."""
-        if self.scenario != "s":
-            return 0
+    def place(self, seed: int | None) -> tuple[str, int, int]:
+        """The episode with this seed's (phase, epoch, position): the run's seed must be the luck seed."""
         train = self.tasks("train")
-        found = _epochs_of(self.luck_seed, len(train), len(_heldout(train))).get(seed)  # type: ignore[arg-type]
+        found = _places_of(self.luck_seed, len(train), len(_heldout(train))).get(seed)  # type: ignore[arg-type]
         if found is None:
-            raise ValueError("scenario s finds an episode's epoch from its seed: run it with the run's seed as "
-                             "its luck_seed (benchmarks.learning.table and contest do)")
+            raise ValueError("scenario s and the learned selector find an episode's place from its seed: run it "
+                             "with the run's seed as its luck_seed (benchmarks.learning.table and contest do)")
         return found
+
+    def epoch(self, seed: int | None) -> int:
+        """The epoch of the episode with this seed (only `s` needs it)."""
+        return self.place(seed)[1] if self.scenario == "s" else 0
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM, seed: int | None = None) -> Episode:
         now = world(self.scenario, self.epoch(seed))
-        if self.chooser is not None:
+        batch = None
+        if self.selector is not None:
+            phase, epoch, position = self.place(seed)
+            batch = (phase, epoch, position // self.batch_size)
+            self.selector.starting(batch)
+            memories = self.selector.choose(task.query, memories)
+        elif self.chooser is not None:
             memories = choose(self.chooser, self.scenario, task, memories, self.show, now)
         utilities = [utility(self.scenario, task, m["experience"], now) for m in memories]
         p = 0.0 if -1 in utilities else self.p_good if 1 in utilities else self.p0
         draw = self.luck(task, memories, seed)
         ok = draw < p
+        if self.selector is not None and batch[0] == "train":  # type: ignore[index]
+            self.selector.observe(batch, task.query, memories, ok)  # held-out episodes teach nothing
         status = "PASS" if ok else "FAIL"
         made = f", world {now}" if self.scenario == "s" else ""
         trajectory = f"episode of {task.id} (kind {task.meta['kind']}{made}): {status}; shown {[m['id'] for m in memories]}"
