@@ -1,6 +1,6 @@
-"""One run of the synthetic testbed through the real harness, for a method or a judge.
+"""One run of the synthetic testbed through the real harness, for a method, a judge or the contestant `learned`.
 
-`play` builds the run's settings (the testbed's, the method's or the judge's, the scenario's and the
+`play` builds the run's settings (the testbed's, the method's, the judge's or `learned`'s, the scenario's and the
 seed's: the seed seeds the harness and the agent's luck), plants `p`'s records through the harness's
 progress callback, and returns the run's summary (`run_benchmark`'s) with its bank's path.
 """

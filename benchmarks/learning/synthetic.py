@@ -36,6 +36,8 @@ method: the harness shows it a wide candidate list (`rag` with k2 = k1, or the w
 agent sees only the `show` memories the chooser picks: `oracle` reads the true utility (every useful
 memory first, the newest first, never a misleading one), `no-failures` keeps rag's order without
 failed episodes, `newest` takes the newest (highest ids). The same luck as every method.
+The chooser `learned` is the contestant of benchmarks/learning/learned.py: it picks by what it has
+learned from the rewards of earlier mini-batches, never by the true utility.
 """
 
 from __future__ import annotations
@@ -206,7 +208,7 @@ class Synthetic:
         if luck not in LUCKS:
             raise ValueError(f"unknown luck {luck!r}; choose one of {', '.join(LUCKS)}")
         if chooser is not None and chooser not in (*CHOOSERS, LEARNED):
-            raise ValueError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")
+            raise ValueError(f"unknown chooser {chooser!r}; choose one of {', '.join((*CHOOSERS, LEARNED))}")
         self.scenario = scenario
         self.p0, self.p_good = SCENARIOS[scenario]
         self.luck_seed = luck_seed
@@ -245,7 +247,7 @@ class Synthetic:
 
     def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM, seed: int | None = None) -> Episode:
         now = world(self.scenario, self.epoch(seed))
-        batch = None
+        batch: tuple[str, int, int] | None = None
         if self.selector is not None:
             phase, epoch, position = self.place(seed)
             batch = (phase, epoch, position // self.batch_size)
@@ -257,7 +259,7 @@ class Synthetic:
         p = 0.0 if -1 in utilities else self.p_good if 1 in utilities else self.p0
         draw = self.luck(task, memories, seed)
         ok = draw < p
-        if self.selector is not None and batch[0] == "train":  # type: ignore[index]
+        if self.selector is not None and batch is not None and batch[0] == "train":
             self.selector.observe(batch, task.query, memories, ok)  # held-out episodes teach nothing
         status = "PASS" if ok else "FAIL"
         made = f", world {now}" if self.scenario == "s" else ""
