@@ -1,8 +1,10 @@
 """`learned`: a research selector that learns from rewards which recalled memories help (issue 41, item 3).
 
-Not a method of the product: a contestant of the testbeds (as the judges of `oracle.py` are
-measurement devices), run through the real harness with the same stream, luck and recall as every
-method; it enters the product only by winning a declared contest (docs/learning.md, Contest 2).
+Not a method of the product: a contestant of the synthetic testbed (as the judges of `oracle.py` are
+measurement devices), run through the real harness with the same stream, luck and tie rule as every
+method (its recall is wider: `POOL`); it enters the product only by winning a declared contest
+(docs/learning.md, Contest 2: it did not). Its state lives in the run, not in the bank: a run of it
+cannot be resumed.
 
 What it may read is what the product has: each candidate's id, similarity to the query and recorded
 outcome (success or failure), the query's text, and after the episode its reward. Never a memory's
@@ -14,9 +16,9 @@ in the paper's rule:
   memory pooled over all queries);
 * **generalisation by kind of record**: a memory with little evidence of its own leans on the record
   of its *cell* — its outcome (success / failure), whether it is the query's own intent (similarity at
-  least `SAME`) and whether it is recent (within `RECENT` ids of the newest memory it has seen) — so what failures of
-  the same task do here (copied, or a useful reflection), or what old records do after the world
-  changed, is learned once for all of them (in the paper's rule a new memory starts at Q 0, below
+  least `SAME`) and whether it is recent (within `RECENT` ids of the newest memory it has seen) — so
+  what failures of the same task do here (copied, or a useful reflection), or what old records do
+  after the world changed, is learned once for all of them (in the paper's rule a new memory starts at Q 0, below
   look-alikes with earned Q);
 * **one kind of record per episode**: the memories shown share the best one's cell, so a reward
   teaches about one kind of record at a time (credit is not smeared across kinds shown together), and
