@@ -101,13 +101,13 @@ class LearnedSelector:
         """The candidates whose estimate beats showing nothing, best first (ties: rag's order), at most `show`."""
         self.newest = max([self.newest, *(m["id"] for m in candidates)])
         bar = self.baseline()
-        scored = [(self.estimate(query, m), -i, m) for i, m in enumerate(candidates)]
-        best = [m for e, _, m in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True) if e > bar]
+        ranked = sorted(((self.estimate(query, m), -i, m) for i, m in enumerate(candidates)),
+                        key=lambda t: t[:2], reverse=True)  # best estimate first, ties in rag's order
+        best = [(e, m) for e, _, m in ranked if e > bar]
         if best:  # one kind of record per episode: what it teaches about its kind is not blurred by another
-            first = cell(best[0], self.newest)
-            top = self.estimate(query, best[0])
-            best = [m for m in best if cell(m, self.newest) == first and self.estimate(query, m) >= top - GAP]
-        return best[:self.show]
+            top, first = best[0][0], cell(best[0][1], self.newest)
+            best = [(e, m) for e, m in best if cell(m, self.newest) == first and e >= top - GAP]
+        return [m for _, m in best[:self.show]]
 
     def observe(self, batch: Any, query: str, shown: list[dict[str, Any]], success: bool) -> None:
         """An episode's reward, learned when the next mini-batch (`batch` changes) starts."""
