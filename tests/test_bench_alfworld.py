@@ -825,6 +825,22 @@ def test_scripted_alfworld_memory_methods_beat_none(data_root: Path, tmp_path: P
 
 
 @pytest.mark.slow
+def test_learned_selector_stops_showing_copied_failures_on_real_games(data_root: Path, tmp_path: Path) -> None:
+    """The research selector `learned` on real games (experience-following mode: a game's own failure, shown, is
+    replayed): rag keeps showing each game lost in epoch 1 its failure and never wins it; `learned` learns from
+    the rewards of its first mini-batches that such records fail, stops showing them, and wins some of those games
+    by luck. Epoch 1 (an empty bank) draws the same luck for both. It plays in one process whatever `workers`."""
+    from benchmarks.learning.alfworld_scripted import run_methods
+
+    rows = {r["method"]: r for r in run_methods(
+        ["rag", "learned"], games=4, epochs=3, p0=0.5, seed=1, data=str(data_root), workers=2, batch_size=2,
+        max_steps=8, runs_dir=str(tmp_path), examples=authors_examples(), train_split="valid_unseen", mode="follow")}
+    rag, learned = rows["rag"]["accuracy"], rows["learned"]["accuracy"]
+    assert learned[1] == rag[1] < 1
+    assert rag[3] == rag[1] and learned[3] > rag[3], (rag, learned)
+
+
+@pytest.mark.slow
 def test_games_on_threads_play_exactly_as_one_by_one(bench: AlfworldBenchmark) -> None:
     """TextWorld is not thread-safe (its translator sets module-level options); GameEnv's lock makes games on threads
     take turns, and each trajectory equals the game's played alone."""

@@ -361,6 +361,23 @@ def test_a_scenario_without_room_is_reported_as_no_room_and_not_averaged(capsys)
     assert "room in x; no room in y (not averaged)" in printed
 
 
+def test_a_testbed_without_a_held_out_split_reports_it_as_not_measured(capsys):
+    """ALFWorld's contest rows carry no held-out accuracy (None): the report says n/a for it, and the training
+    endpoints and the room rule are computed as for the synthetic testbed."""
+    declaration = {"name": "t", "scenarios": ["follow"], "methods": ["rag", "oracle"], "testbed": {"epochs": 2},
+                   "room": {"reference": "rag", "ceilings": ["oracle"], "threshold": 0.02}}
+    results = [{**r, "heldout_before": None, "heldout_after": None}
+               for r in rows_of({"follow": {"rag": [0.25, 0.25], "oracle": [0.25, 0.5]}})]
+    summary = report(declaration, results)
+    assert summary["overall"]["rag"]["heldout"]["mean"] is None
+    assert summary["overall"]["oracle"]["last_epoch"]["mean"] == pytest.approx(0.5)
+    assert summary["room"]["oracle"]["last_epoch"]["with_room"] == ["follow"]
+    print_report(declaration, summary, [0, 1, 2, 3])
+    printed = capsys.readouterr().out
+    assert "| rag | +0.250 [+0.250, +0.250] | +0.250 [+0.250, +0.250] | n/a |" in printed
+    assert "| follow | oracle | 0.250 ±0.000 | 0.500 ±0.000 | n/a | n/a |" in printed
+
+
 def test_room_rule_asks_for_half_the_room_or_non_inferiority():
     """Where the ceiling leaves room, the method must capture half of it (interval above); where it leaves
     none, it must be non-inferior within the margin."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.learning.alfworld_modes import MODES, Rules, actions_line, check_mode
+from benchmarks.learning.learned import LEARNED, POOL, LearnedSelector, places_of
 from benchmarks.learning.oracle import CHOOSERS, JUDGES, judge_settings
 from memrl_bench.adapters.alfworld.benchmark import AlfworldBenchmark
 from memrl_bench.adapters.alfworld.prompt import MEMORY_INTRO, TURN_PREFIX
@@ -45,6 +46,7 @@ FOLLOW_THOUGHTS = ("I follow the plan that solved this task.", "My memory has th
                    "The remembered actions worked here before.", "I do what the successful attempt did.")
 EXPLORE_THOUGHTS = ("I look for the object in the next receptacle.", "It may be somewhere else; I keep searching.",
                     "I check another place.", "I have not found it yet; I move on.")
+PLACED_EPOCHS = 100  # the learned selector places an episode by its seed among this many epochs
 REFLECTION = ("The agent walked from receptacle to receptacle without ever taking or handling the target "
               "object. Next time, find the object, take it, process it as the task says, and put it where asked.")
 
@@ -55,29 +57,59 @@ class AlfworldSample(AlfworldBenchmark):
     Options besides ALFWorld's: `games` (how many, default 64), `sample_seed` (default 0). Only games
     whose walkthrough fits in `max_steps` are drawn; evaluation splits are the adapter's own. For the
     judges (benchmarks/learning/oracle.py): `chooser` shows the agent only the `show` memories it picks,
-    by the true utility of the agent's `mode` (benchmarks/learning/alfworld_modes.py).
+    by the true utility of the agent's `mode` (benchmarks/learning/alfworld_modes.py). The chooser
+    `learned` is the contestant of benchmarks/learning/learned.py: it picks by what it learned from the
+    rewards of earlier mini-batches (of `batch_size`), placing each episode in its stream by its seed
+    (`stream_seed` must be the run's seed); its episodes play one at a time in one process.
     """
 
+    takes_seed = True  # the episode's seed, by which the learned selector places it (the agent's luck is its own)
+
     def __init__(self, data: str | None = None, limit: int | None = None, games: int = 64, sample_seed: int = 0,
-                 mode: str = "plain", chooser: str | None = None, show: int = 3, **options: Any) -> None:
+                 mode: str = "plain", chooser: str | None = None, show: int = 3, batch_size: int = 32,
+                 stream_seed: int = 0, **options: Any) -> None:
         super().__init__(data=data, limit=limit, **options)
         if int(games) < 1:
             raise MemrlError(f"games must be at least 1, got {games}")
-        if chooser is not None and chooser not in CHOOSERS:
-            raise MemrlError(f"unknown chooser {chooser!r}; choose one of {', '.join(CHOOSERS)}")
+        if chooser is not None and chooser not in (*CHOOSERS, LEARNED):
+            raise MemrlError(f"unknown chooser {chooser!r}; choose one of {', '.join((*CHOOSERS, LEARNED))}")
         self.games, self.sample_seed = int(games), int(sample_seed)
         self.mode, self.chooser, self.show = check_mode(mode), chooser, int(show)
+        self.batch_size, self.stream_seed = int(batch_size), int(stream_seed)
+        self.selector = LearnedSelector(self.show) if chooser == LEARNED else None
+        self.thread_safe = self.selector is None  # the learned selector's episodes play in the stream's order
         self._rules: Rules | None = None
         self._rules_lock = threading.Lock()
+        self._train_size: int | None = None
 
-    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM) -> Episode:
-        """ALFWorld's episode, shown only the memories the judge's chooser picks (when there is one)."""
+    def run_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM, seed: int | None = None) -> Episode:
+        """ALFWorld's episode, shown only the memories the judge's chooser (or the learned selector) picks."""
+        if self.selector is not None:
+            return self._learned_episode(task, memories, llm, seed)
         if self.chooser is not None:
             with self._rules_lock:
                 if self._rules is None:
                     self._rules = Rules(self.tasks(self.train_split), self.mode)
             memories = self._rules.choose(self.chooser, task.query, memories, self.show)
         return super().run_episode(task, memories, llm)
+
+    def _learned_episode(self, task: Task, memories: list[dict[str, Any]], llm: LLM, seed: int | None) -> Episode:
+        """The learned selector's episode: it learns the earlier mini-batches' rewards, chooses, and keeps this one's
+        reward for when the next mini-batch starts (as the harness commits its own)."""
+        assert self.selector is not None
+        if self._train_size is None:
+            self._train_size = len(self.tasks(self.train_split))
+        found = places_of(self.stream_seed, (("train", "train", self._train_size),), PLACED_EPOCHS).get(seed)  # type: ignore[arg-type]
+        if found is None:
+            raise MemrlError("the learned selector places an episode by its seed: run it with stream_seed set to the "
+                             "run's seed, on the training split only (run_methods does)")
+        _, epoch, position = found
+        batch = ("train", epoch, position // self.batch_size)
+        self.selector.starting(batch)
+        shown = self.selector.choose(task.query, memories)
+        episode = super().run_episode(task, shown, llm)
+        self.selector.observe(batch, task.query, shown, episode.success)
+        return episode
 
     def tasks(self, split: str) -> list[Task]:
         """The seeded sample for the training split; other splits as ALFWorld lists them."""
@@ -194,7 +226,8 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
     """Play the sample with each method through `run_benchmark`; one row per method (summary and report).
 
     A method may be a judge of benchmarks/learning/oracle.py (`oracle`, `oracle-recall`, `no-failures`,
-    `newest`): `rag` with the judge's candidate list, the agent shown what its chooser picks. `mode` is
+    `newest`): `rag` with the judge's candidate list, the agent shown what its chooser picks; or `learned`
+    (benchmarks/learning/learned.py), played in one process (`workers` at most 1), never resumed. `mode` is
     the agent's (benchmarks/learning/alfworld_modes.py); `plain` leaves the settings as they always were.
 
     With `resume`, a method whose run in `runs_dir` (same settings) did not finish continues it
@@ -227,14 +260,14 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
         settings = LLMSettings(model="scripted-alfworld", base_url=server.base_url, api_key="test", max_retries=0,
                                timeout=120)
         for method in methods:
-            settings_of, chooser = ({"method": method}, {}) if method not in JUDGES else judge_settings(
-                method, BenchConfig.k1, BenchConfig.k2, BenchConfig.threshold)
+            settings_of, chooser = method_settings(method, batch_size, seed)
             config = BenchConfig(benchmark=BENCHMARK, epochs=epochs, batch_size=batch_size, data=data, seed=seed,
                                  options={**options, **chooser}, **settings_of)
             started = time.perf_counter()
-            unfinished = unfinished_run(runs_dir, config) if resume and runs_dir else None
+            unfinished = unfinished_run(runs_dir, config) if resume and runs_dir and method != LEARNED else None
             agent.start_run(played_attempts(unfinished, tasks) if unfinished else None)
-            summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch, workers=workers,
+            summary = run_benchmark(config, settings, runs_dir=runs_dir or scratch,  # learned: one process, its state
+                                    workers=min(workers, 1) if method == LEARNED else workers,
                                     resume=str(unfinished) if unfinished else None)
             report = learning_report(Path(summary["bank"]).parent)
             accuracy = list(summary["accuracy"].values())
@@ -249,6 +282,33 @@ def run_methods(methods: list[str], *, games: int = 64, epochs: int = 5, p0: flo
                          "seconds": round(time.perf_counter() - started, 1),
                          "run_dir": str(Path(summary["bank"]).parent) if runs_dir else None})
     return rows
+
+
+def method_settings(method: str, batch_size: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(BenchConfig settings, adapter options) of a method, a judge (benchmarks/learning/oracle.py) or `learned`
+    (rag's wider recall of `POOL` candidates, of which the selector shows at most k2)."""
+    from memrl_bench.framework.config import BenchConfig
+
+    if method in JUDGES:
+        return judge_settings(method, BenchConfig.k1, BenchConfig.k2, BenchConfig.threshold)
+    if method == LEARNED:
+        return ({"method": "rag", "k1": POOL, "k2": POOL},
+                {"chooser": LEARNED, "show": BenchConfig.k2, "batch_size": batch_size, "stream_seed": seed})
+    return {"method": method}, {}
+
+
+def contest_run(mode: str, method: str, seed: int, testbed: dict[str, Any], runs_dir: str) -> dict[str, Any]:
+    """One run of a declared contest on ALFWorld (benchmarks/learning/contest.py, a testbed of `kind: alfworld`):
+    the contest's scenario is the agent's mode; `seed` seeds the luck, the harness and the sample of games.
+    Paths in the testbed (`data`, `examples`) are relative to the repository. The row as the contest keeps it
+    (no held-out split: None)."""
+    data, examples = testbed.get("data"), testbed.get("examples")
+    row, = run_methods([method], games=testbed["games"], epochs=testbed["epochs"], p0=testbed["p0"], seed=seed,
+                       sample_seed=seed, data=str(REPO / data) if data else None, workers=0, batch_size=testbed["batch_size"], max_steps=testbed["max_steps"],
+                       runs_dir=runs_dir, examples=str(REPO / examples) if examples else None, mode=mode)
+    return {"scenario": mode, "method": method, "seed": seed,
+            "accuracy": [row["accuracy"][e] for e in range(1, testbed["epochs"] + 1)], "csr": row["final_csr"],
+            "heldout_before": None, "heldout_after": None}
 
 
 def played_attempts(run_dir: Path, tasks: list[Task]) -> dict[str, int]:
@@ -316,8 +376,8 @@ def unfinished_run(runs_dir: str, config: Any) -> Path | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="none,rag,memrl",
-                        help="Comma-separated methods or judges (oracle, oracle-recall, no-failures, newest) "
-                             "[none,rag,memrl].")
+                        help="Comma-separated methods, judges (oracle, oracle-recall, no-failures, newest) or the "
+                             "research selector learned [none,rag,memrl].")
     parser.add_argument("--mode", default="plain", choices=MODES,
                         help="The agent's rule: plain, follow (failures and look-alikes mislead), reflect "
                              "(its own failure's reflection helps) [plain].")
@@ -327,6 +387,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the luck and of the harness [0].")
     parser.add_argument("--sample-seed", type=int, default=0, help="Seed of the game sample [0].")
     parser.add_argument("--workers", type=int, default=2, help="Worker processes [2].")
+    parser.add_argument("--batch-size", type=int, default=32, help="Episodes per mini-batch [32].")
     parser.add_argument("--max-steps", type=int, default=20, help="Agent turns per episode [20].")
     parser.add_argument("--data", default=None, help="ALFWorld data [the shared archive].")
     parser.add_argument("--examples", default=None, help="Few-shot examples file [built from training games].")
@@ -339,7 +400,7 @@ def main() -> None:
         parser.error("--resume needs --runs-dir (where the unfinished runs are)")
     rows = run_methods([m.strip() for m in args.methods.split(",") if m.strip()], games=args.games,
                        epochs=args.epochs, p0=args.p0, seed=args.seed, sample_seed=args.sample_seed, data=args.data,
-                       workers=args.workers, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples,
+                       workers=args.workers, batch_size=args.batch_size, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples,
                        resume=args.resume, mode=args.mode)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -1,4 +1,5 @@
-"""A declared contest of methods × seeds on the synthetic testbed, judged by rules fixed before it runs.
+"""A declared contest of methods × seeds on the synthetic testbed or real ALFWorld games, judged by rules fixed
+before it runs.
 
     python -m benchmarks.learning.contest benchmarks/learning/contests/contest1.yaml [--seeds 30000-30001]
         [--out DIR] [--save results.json] [--plot curves.png] [--jobs 2]
@@ -16,6 +17,8 @@ curve (AUC: the mean accuracy over the epochs), and the verdicts the declared ru
 per scenario, whether each ceiling leaves room above the reference, and averages the room over the
 scenarios that have some only. `--plot` draws the learning curves with their bands in one PNG. `--seeds`
 overrides the declared seeds (for a smoke run; a result is the declaration's only with its own seeds).
+A testbed of `kind: alfworld` plays real ALFWorld games with the scripted agent instead (its scenarios are the
+agent's modes, `alfworld_scripted.contest_run`), without a held-out split.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ def t_quantile(df: int, confidence: float = 0.95) -> float:
 
 def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
     """Mean and its two-sided t interval over `values` (seeds)."""
+    if not values or None in values:  # an endpoint the testbed does not measure (ALFWorld's held-out)
+        return {"mean": None, "low": None, "high": None, "n": 0}
     m = mean(values)
     if len(values) < 2:
         return {"mean": m, "low": m, "high": m, "n": len(values)}
@@ -67,7 +72,13 @@ def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
 
 def run_one(scenario: str, method: str, seed: int, testbed: dict[str, Any], runs_dir: str) -> dict[str, Any]:
     """One run through the harness (`play.play`): training accuracy per epoch and held-out accuracy before and
-    after. `method` may be a judge of benchmarks/learning/oracle.py (a ceiling or a fixed rule)."""
+    after. `method` may be a judge of benchmarks/learning/oracle.py (a ceiling or a fixed rule). A testbed of
+    `kind: alfworld` plays real ALFWorld games with the scripted agent instead, its scenarios the agent's modes
+    (`alfworld_scripted.contest_run`: no held-out split)."""
+    if testbed.get("kind") == "alfworld":
+        from benchmarks.learning.alfworld_scripted import contest_run
+
+        return contest_run(scenario, method, seed, testbed, runs_dir)
     summary = play(scenario, method, seed, runs_dir, testbed, heldout=True)
     heldout = summary["eval_accuracy"].get("heldout", {})
     return {"scenario": scenario, "method": method, "seed": seed,
@@ -89,7 +100,9 @@ def results_of(runs_dir: str | Path, epochs: int) -> list[dict[str, Any]]:
         chooser = config["options"].get("chooser")
         judge = None if chooser is None else "oracle-recall" if chooser == "oracle" and config["k1"] == config["k2"] \
             and config["k1"] < JUDGE_WHOLE_BANK else chooser
-        rows.append({"scenario": config["options"]["scenario"], "method": judge or config["method"] + switches,
+        options = config["options"]
+        rows.append({"scenario": options.get("scenario", options.get("mode", "plain")),  # ALFWorld's: the mode
+                     "method": judge or config["method"] + switches,
                      "seed": config["seed"],
                      "accuracy": [summary["accuracy"][str(e)] for e in range(1, epochs + 1)],
                      "csr": summary["csr"][str(epochs)],
@@ -124,7 +137,7 @@ def per_seed(results: list[dict[str, Any]], method: str, endpoint: str, scenario
     key = ENDPOINTS[endpoint]
     by_seed: dict[int, list[float]] = {}
     for r in results:
-        if r["method"] == method and r["scenario"] in scenarios:
+        if r["method"] == method and r["scenario"] in scenarios and key(r) is not None:
             by_seed.setdefault(r["seed"], []).append(key(r))
     return {seed: mean(v) for seed, v in by_seed.items()}
 
@@ -256,7 +269,11 @@ def plot(declaration: dict[str, Any], summary: dict[str, Any], path: str) -> Non
 
 
 def _fmt(c: dict[str, float]) -> str:
-    return f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+    return "n/a" if c["mean"] is None else f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+
+def _mean(c: dict[str, float]) -> str:
+    return "n/a" if c["mean"] is None else f"{c['mean']:.3f}"
 
 
 def print_report(declaration: dict[str, Any], summary: dict[str, Any], seeds: list[int]) -> None:
@@ -270,7 +287,7 @@ def print_report(declaration: dict[str, Any], summary: dict[str, Any], seeds: li
         scenario, method = key.split("/")
         print(f"| {scenario} | {method} | " + " | ".join(f"{c['mean']:.3f} ±{c['high'] - c['mean']:.3f}"
                                                         for c in cell["accuracy"])
-              + f" | {cell['heldout_before']['mean']:.3f} | {cell['heldout_after']['mean']:.3f} |")
+              + f" | {_mean(cell['heldout_before'])} | {_mean(cell['heldout_after'])} |")
     print("\nper scenario, last-epoch accuracy and the area under the curve (mean accuracy over the epochs):\n")
     print("| scenario | " + " | ".join(methods) + " |\n|---|" + "---|" * len(methods))
     for scenario, cells in summary["by_scenario"].items():
@@ -331,8 +348,8 @@ def main() -> None:
     args = parser.parse_args()
     declaration = yaml.safe_load(Path(args.declaration).read_text())
     seeds = parse_seeds(args.seeds or declaration["seeds"])
-    for rule in declaration.get("rules", []):
-        t_quantile(len(seeds) - 1, rule.get("confidence", 0.95))  # an untabled confidence: refused before any run
+    for rule in declaration.get("rules", []):  # an untabled confidence: refused before any run
+        t_quantile(max(len(seeds) - 1, 1), rule.get("confidence", 0.95))  # (one seed, a smoke run: no interval)
     if args.results:
         results = json.loads(Path(args.results).read_text())["results"]
     elif args.from_runs:

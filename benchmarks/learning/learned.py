@@ -1,10 +1,10 @@
 """`learned`: a research selector that learns from rewards which recalled memories help (issue 41, item 3).
 
-Not a method of the product: a contestant of the synthetic testbed (as the judges of `oracle.py` are
-measurement devices), run through the real harness with the same stream, luck and tie rule as every
-method (its recall is wider: `POOL`); it enters the product only by winning a declared contest
-(docs/learning.md, Contest 2: it did not). Its state lives in the run, not in the bank: a run of it
-cannot be resumed.
+Not a method of the product: a contestant of the synthetic testbed and of real ALFWorld games with the
+scripted agent (as the judges of `oracle.py` are measurement devices), run through the real harness with
+the same stream, luck and tie rule as every method (its recall is wider: `POOL`); it enters the product
+only by winning a declared contest (docs/learning.md, Contest 2: it did not). Its state lives in the
+run, not in the bank: a run of it cannot be resumed, and its episodes play in one process, in order.
 
 What it may read is what the product has: each candidate's id, similarity to the query and recorded
 outcome (success or failure), the query's text, and after the episode its reward. Never a memory's
@@ -40,7 +40,10 @@ memory past rag's top k1 can be shown when its evidence says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+from memrl_bench.framework.sampling import episode_seed
 
 LEARNED = "learned"  # its name as a contestant (benchmarks.learning.play)
 POOL = 16  # candidates recalled (rag's order, above the threshold); the shown ones are at most k2
@@ -68,6 +71,15 @@ class Tally:
     def mean(self, prior: float, weight: float = PRIOR_WEIGHT) -> float:
         """The success rate, shrunk towards `prior` with `weight` pseudo-trials."""
         return (self.wins + weight * prior) / (self.trials + weight)
+
+
+@lru_cache(maxsize=64)
+def places_of(seed: int, streams: tuple[tuple[str, str, int], ...], epochs: int) -> dict[int, tuple[str, int, int]]:
+    """Episode seed → (phase, epoch, position in its stream) for a run with this seed (the harness's `episode_seed`)
+    whose streams are (phase, split, tasks) at epochs 0 to `epochs`: how an adapter playing the selector's
+    choices tells which mini-batch an episode belongs to."""
+    return {episode_seed(seed, phase, split, epoch, position): (phase, epoch, position)
+            for epoch in range(epochs + 1) for phase, split, n in streams for position in range(n)}
 
 
 def cell(memory: dict[str, Any], newest: int = 0) -> tuple[str, bool, bool]:

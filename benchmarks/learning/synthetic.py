@@ -45,13 +45,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
-from benchmarks.learning.learned import LEARNED, LearnedSelector
+from benchmarks.learning.learned import LEARNED, LearnedSelector, places_of
 from benchmarks.learning.oracle import CHOOSERS, pick
 from memrl_bench.framework.protocol import LLM, Episode, Task
-from memrl_bench.framework.sampling import episode_seed
 
 OBJECTS = ["apple", "mug", "towel", "lamp", "book", "plate", "knife", "pillow", "candle", "bowl", "spoon", "vase"]
 ACTIONS = ["heat", "cool", "clean", "slice", "hide", "stack"]
@@ -171,19 +169,6 @@ def planter(scenario: str, bank_path: str, q_init: float) -> Callable[[str, dict
     return on_progress
 
 
-@lru_cache(maxsize=64)
-def _places_of(seed: int, n_tasks: int, n_heldout: int) -> dict[int, tuple[str, int, int]]:
-    """Episode seed → (phase, epoch, position in the stream), for the streams of a run with this seed (the
-    harness's `episode_seed`)."""
-    found = {}
-    for epoch in range(MAX_EPOCHS + 1):
-        for position in range(n_tasks):
-            found[episode_seed(seed, "train", "train", epoch, position)] = ("train", epoch, position)
-        for position in range(n_heldout):
-            found[episode_seed(seed, "eval", "heldout", epoch, position)] = ("eval", epoch, position)
-    return found
-
-
 def choose(chooser: str, scenario: str, task: Task, memories: list[dict[str, Any]], show: int,
            now: int = 0) -> list[dict[str, Any]]:
     """The `show` memories a chooser (`CHOOSERS`) picks among `memories` (in the harness's order)."""
@@ -235,7 +220,8 @@ class Synthetic:
     def place(self, seed: int | None) -> tuple[str, int, int]:
         """The episode with this seed's (phase, epoch, position): the run's seed must be the luck seed."""
         train = self.tasks("train")
-        found = _places_of(self.luck_seed, len(train), len(_heldout(train))).get(seed)  # type: ignore[arg-type]
+        streams = (("train", "train", len(train)), ("eval", "heldout", len(_heldout(train))))
+        found = places_of(self.luck_seed, streams, MAX_EPOCHS).get(seed)  # type: ignore[arg-type]
         if found is None:
             raise ValueError("scenario s and the learned selector find an episode's place from its seed: run it "
                              "with the run's seed as its luck_seed (benchmarks.learning.table and contest do)")
