@@ -824,20 +824,41 @@ def test_scripted_alfworld_memory_methods_beat_none(data_root: Path, tmp_path: P
         assert rows[method]["report"][-1]["selected"] > 0
 
 
+def replays(run_dir: Path) -> dict[int, int]:
+    """Per epoch, the failed episodes of a run that replayed their game's previous attempt: the actions its
+    reflection says were tried are those of the attempt before (the scripted agent copies a failure shown)."""
+    from memrl_cli.bank import MemoryBank
+
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    with MemoryBank(run_dir / "bank.db", create=False) as bank:
+        texts = bank.store.experiences()
+    before: dict[str, str] = {}
+    counts: dict[int, int] = {}
+    for e in episodes:
+        tried = next((line for line in texts[e["new_memory_id"]].splitlines() if line.startswith("Tried: ")), None)
+        if tried is not None and before.get(e["task_id"]) == tried:
+            counts[e["epoch"]] = counts.get(e["epoch"], 0) + 1
+        before[e["task_id"]] = tried or ""
+    return counts
+
+
 @pytest.mark.slow
 def test_learned_selector_stops_showing_copied_failures_on_real_games(data_root: Path, tmp_path: Path) -> None:
     """The research selector `learned` on real games (experience-following mode: a game's own failure, shown, is
-    replayed): rag keeps showing each game lost in epoch 1 its failure and never wins it; `learned` learns from
-    the rewards of its first mini-batches that such records fail, stops showing them, and wins some of those games
-    by luck. Epoch 1 (an empty bank) draws the same luck for both. It plays in one process whatever `workers`."""
+    replayed): rag shows every game lost in epoch 1 its failure in every later epoch, which the agent replays;
+    `learned` learns from the rewards of its first mini-batches that such records fail and shows them less.
+    Epoch 1 (an empty bank) draws the same luck for both. It plays in one process whatever `workers`."""
     from benchmarks.learning.alfworld_scripted import run_methods
 
     rows = {r["method"]: r for r in run_methods(
-        ["rag", "learned"], games=4, epochs=3, p0=0.5, seed=1, data=str(data_root), workers=2, batch_size=2,
+        ["rag", "learned"], games=6, epochs=3, p0=0.2, seed=1, data=str(data_root), workers=2, batch_size=2,
         max_steps=8, runs_dir=str(tmp_path), examples=authors_examples(), train_split="valid_unseen", mode="follow")}
-    rag, learned = rows["rag"]["accuracy"], rows["learned"]["accuracy"]
+    rag, learned = (rows[m]["accuracy"] for m in ("rag", "learned"))
     assert learned[1] == rag[1] < 1
-    assert rag[3] == rag[1] and learned[3] > rag[3], (rag, learned)
+    lost = round(6 * (1 - rag[1]))
+    copied = {m: replays(Path(rows[m]["run_dir"])) for m in rows}
+    assert copied["rag"] == {2: lost, 3: lost} and rag[3] == rag[1]
+    assert copied["learned"].get(3, 0) < lost, copied
 
 
 @pytest.mark.slow

@@ -99,7 +99,8 @@ class AlfworldSample(AlfworldBenchmark):
         assert self.selector is not None
         if self._train_size is None:
             self._train_size = len(self.tasks(self.train_split))
-        found = places_of(self.stream_seed, (("train", "train", self._train_size),), PLACED_EPOCHS).get(seed)  # type: ignore[arg-type]
+        streams = (("train", "train", self._train_size),)  # the harness names every training stream "train"
+        found = places_of(self.stream_seed, streams, PLACED_EPOCHS).get(seed)  # type: ignore[arg-type]
         if found is None:
             raise MemrlError("the learned selector places an episode by its seed: run it with stream_seed set to the "
                              "run's seed, on the training split only (run_methods does)")
@@ -304,8 +305,9 @@ def contest_run(mode: str, method: str, seed: int, testbed: dict[str, Any], runs
     (no held-out split: None)."""
     data, examples = testbed.get("data"), testbed.get("examples")
     row, = run_methods([method], games=testbed["games"], epochs=testbed["epochs"], p0=testbed["p0"], seed=seed,
-                       sample_seed=seed, data=str(REPO / data) if data else None, workers=0, batch_size=testbed["batch_size"], max_steps=testbed["max_steps"],
-                       runs_dir=runs_dir, examples=str(REPO / examples) if examples else None, mode=mode)
+                       sample_seed=seed, data=str(REPO / data) if data else None, workers=0,
+                       batch_size=testbed["batch_size"], max_steps=testbed["max_steps"], runs_dir=runs_dir,
+                       examples=str(REPO / examples) if examples else None, mode=mode)
     return {"scenario": mode, "method": method, "seed": seed,
             "accuracy": [row["accuracy"][e] for e in range(1, testbed["epochs"] + 1)], "csr": row["final_csr"],
             "heldout_before": None, "heldout_after": None}
@@ -400,8 +402,8 @@ def main() -> None:
         parser.error("--resume needs --runs-dir (where the unfinished runs are)")
     rows = run_methods([m.strip() for m in args.methods.split(",") if m.strip()], games=args.games,
                        epochs=args.epochs, p0=args.p0, seed=args.seed, sample_seed=args.sample_seed, data=args.data,
-                       workers=args.workers, batch_size=args.batch_size, max_steps=args.max_steps, runs_dir=args.runs_dir, examples=args.examples,
-                       resume=args.resume, mode=args.mode)
+                       workers=args.workers, batch_size=args.batch_size, max_steps=args.max_steps,
+                       runs_dir=args.runs_dir, examples=args.examples, resume=args.resume, mode=args.mode)
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -59,8 +59,8 @@ def t_quantile(df: int, confidence: float = 0.95) -> float:
     return table[max(k for k in table if k <= df)]
 
 
-def interval(values: list[float], confidence: float = 0.95) -> dict[str, float]:
-    """Mean and its two-sided t interval over `values` (seeds)."""
+def interval(values: list[float | None], confidence: float = 0.95) -> dict[str, Any]:
+    """Mean and its two-sided t interval over `values` (seeds); all None if an endpoint was not measured."""
     if not values or None in values:  # an endpoint the testbed does not measure (ALFWorld's held-out)
         return {"mean": None, "low": None, "high": None, "n": 0}
     m = mean(values)
