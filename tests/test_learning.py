@@ -11,7 +11,7 @@ import pytest
 
 from memrl_bench.framework.config import METHODS, SELECTORS, BenchConfig
 from memrl_bench.framework.harness import run_benchmark
-from benchmarks.learning.contest import ENDPOINTS, print_report, report, room, room_verdict
+from benchmarks.learning.contest import ENDPOINTS, print_report, report, results_of, room, room_verdict, run_all
 from benchmarks.learning.play import play
 from benchmarks.learning.synthetic import (CHANGE_EPOCH, PLANT_EPOCH, PLANTED, SCENARIOS, Synthetic, choose, planter,
                                            plants, utility)
@@ -376,6 +376,18 @@ def test_a_testbed_without_a_held_out_split_reports_it_as_not_measured(capsys):
     printed = capsys.readouterr().out
     assert "| rag | +0.250 [+0.250, +0.250] | +0.250 [+0.250, +0.250] | n/a |" in printed
     assert "| follow | oracle | 0.250 ±0.000 | 0.500 ±0.000 | n/a | n/a |" in printed
+
+
+def test_a_contest_resumed_plays_only_the_runs_not_finished(tmp_path):
+    """After a crash, `--resume` keeps the finished runs (read back from their directories) and plays the rest."""
+    declaration = {"scenarios": ["a"], "methods": ["rag"], "testbed": {"epochs": 2, "batch_size": 8, "k1": 5, "k2": 3,
+                                                                       "threshold": 0.3}}
+    first = run_all(declaration, [1], str(tmp_path))
+    done = results_of(tmp_path, 2)
+    assert done == first
+    both = run_all(declaration, [1, 2], str(tmp_path), done=done)
+    assert len(list(tmp_path.glob("*/summary.json"))) == 2 and both[0] == first[0] and both[1]["seed"] == 2
+    assert run_all(declaration, [1, 2], str(tmp_path), done=both) == both  # nothing left to play
 
 
 def test_room_rule_asks_for_half_the_room_or_non_inferiority():

@@ -2,7 +2,7 @@
 before it runs.
 
     python -m benchmarks.learning.contest benchmarks/learning/contests/contest1.yaml [--seeds 30000-30001]
-        [--out DIR] [--save results.json] [--plot curves.png] [--jobs 2]
+        [--out DIR [--resume]] [--save results.json] [--plot curves.png] [--jobs 2]
 
 The declaration (YAML) fixes everything that decides the verdict before any run: the testbed's
 scenarios and settings, the methods, the fresh seeds, the endpoints, the interval's confidence and
@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import mean, stdev
@@ -114,14 +115,17 @@ def _run_job(job: tuple[str, str, int, dict[str, Any], str]) -> dict[str, Any]:
     return run_one(*job)
 
 
-def run_all(declaration: dict[str, Any], seeds: list[int], runs_dir: str, jobs: int = 1) -> list[dict[str, Any]]:
-    """Every (scenario, method, seed) of the declaration; the raw results, one row per run."""
+def run_all(declaration: dict[str, Any], seeds: list[int], runs_dir: str, jobs: int = 1,
+            done: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Every (scenario, method, seed) of the declaration but those `done` (rows of runs already finished, kept);
+    the raw results, one row per run."""
+    finished = {(r["scenario"], r["method"], r["seed"]) for r in done}
     work = [(s, m, seed, declaration["testbed"], runs_dir) for s in declaration["scenarios"]
-            for m in declaration["methods"] for seed in seeds]
+            for m in declaration["methods"] for seed in seeds if (s, m, seed) not in finished]
     if jobs <= 1:
-        return [_run_job(w) for w in work]
+        return [*done, *(_run_job(w) for w in work)]
     with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_run_job, work))
+        return [*done, *pool.map(_run_job, work)]
 
 
 ENDPOINTS = {  # a run's value of each endpoint
@@ -343,9 +347,14 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="Draw the learning curves with their bands here (PNG).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel processes [1].")
     parser.add_argument("--results", default=None, help="Report saved results (a --save file) instead of running.")
+    parser.add_argument("--resume", action="store_true",
+                        help="Keep the runs of this declaration already finished in --out and play only the rest "
+                             "(after a crash; unfinished run directories are played again, not continued).")
     parser.add_argument("--from-runs", default=None, help="Report the finished runs of this --out directory instead "
                                                           "of running.")
     args = parser.parse_args()
+    if args.resume and not args.out:
+        parser.error("--resume needs --out (where the finished runs are)")
     declaration = yaml.safe_load(Path(args.declaration).read_text())
     seeds = parse_seeds(args.seeds or declaration["seeds"])
     for rule in declaration.get("rules", []):  # an untabled confidence: refused before any run
@@ -356,7 +365,10 @@ def main() -> None:
         results = [r for r in results_of(args.from_runs, declaration["testbed"]["epochs"]) if r["seed"] in seeds]
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            results = run_all(declaration, seeds, args.out or tmp, args.jobs)
+            done = [r for r in results_of(args.out, declaration["testbed"]["epochs"])
+                    if r["seed"] in seeds and r["scenario"] in declaration["scenarios"]
+                    and r["method"] in declaration["methods"]] if args.resume else []
+            results = run_all(declaration, seeds, args.out or tmp, args.jobs, done)
     if args.save:  # the raw results first: nothing played is lost if the report fails
         Path(args.save).write_text(json.dumps({"declaration": declaration, "seeds": seeds, "results": results},
                                               indent=1))
